@@ -1,0 +1,200 @@
+"""DQN: a Q-network, a soft-updated target, epsilon-greedy exploration, double-DQN targets.
+
+The whole algorithm is `DQNLearner.train`: a Huber loss between Q(s, a) and
+r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a)), one Adam step
+with gradient-norm clipping, then target <- (1 - tau) * target + tau * online.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from offpolicy.buffer import TransitionBatch
+from offpolicy.envs import EnvError
+from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyperparameters; each is also a `offpolicy train dqn` option."""
+
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Soft target update rate per optimisation step (1.0 copies the online network)."""
+    hidden: int = 64
+    """Width of each hidden layer."""
+    layers: int = 3
+    """Linear layers in the Q-network (2 or more)."""
+    exploration_start: float = 0.99
+    """Exploration rate (epsilon) at the first step."""
+    exploration_end: float = 0.05
+    """Exploration rate it decays towards."""
+    exploration_decay: float = 6000.0
+    """Environment steps over which epsilon - end shrinks by a factor e (exponential decay)."""
+    max_grad_norm: float = 10.0
+    """Gradients are rescaled to at most this global norm."""
+
+    def validate(self) -> None:
+        from offpolicy.config import ConfigError
+
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"gamma must be between 0 and 1, got {self.gamma}")
+        if not 0 < self.tau <= 1:
+            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
+        if self.hidden < 1:
+            raise ConfigError(f"hidden must be at least 1, got {self.hidden}")
+        if self.layers < 2:
+            raise ConfigError(f"layers must be at least 2, got {self.layers}")
+        for name in ("exploration_start", "exploration_end"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
+        if not self.exploration_decay > 0:
+            raise ConfigError(f"exploration_decay must be positive, got {self.exploration_decay}")
+        if not self.max_grad_norm > 0:
+            raise ConfigError(f"max_grad_norm must be positive, got {self.max_grad_norm}")
+
+
+def mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:
+    """`layers` linear layers with ReLU between them."""
+    sizes = [inputs] + [hidden] * (layers - 1) + [outputs]
+    modules: list[nn.Module] = []
+    for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        if index:
+            modules.append(nn.ReLU())
+        modules.append(nn.Linear(fan_in, fan_out))
+    return nn.Sequential(*modules)
+
+
+def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
+    """The flat observation size and the number of actions, or a clear error naming the space."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise EnvError(f"DQN needs a Box observation space, got {observation_space}")
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise EnvError(
+            f"DQN needs a Discrete action space, got {action_space}; "
+            "for continuous actions use an agent for Box actions"
+        )
+    return int(np.prod(observation_space.shape)), int(action_space.n)
+
+
+class DQNPolicy(Policy):
+    """Epsilon-greedy over a Q-network; epsilon decays with the environment steps acted."""
+
+    def __init__(self, q_network: nn.Module, num_actions: int, config: DQNConfig, seed: int) -> None:
+        self.q_network = q_network
+        self.num_actions = num_actions
+        self.config = config
+        self.device = next(q_network.parameters()).device
+        self.env_steps = 0
+        self._rng = np.random.default_rng(seed)
+
+    def exploration_rate(self) -> float:
+        c = self.config
+        return c.exploration_end + (c.exploration_start - c.exploration_end) * math.exp(
+            -self.env_steps / c.exploration_decay
+        )
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.q_network(observations.to(torch.float32).flatten(1))
+
+    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        greedy = self.forward(observations).argmax(dim=1)
+        if deterministic:
+            return PolicyOutput(greedy, {})
+        epsilon = self.exploration_rate()
+        count = len(greedy)
+        self.env_steps += count
+        explore = torch.from_numpy(self._rng.random(count) < epsilon).to(self.device)
+        random_actions = torch.from_numpy(self._rng.integers(self.num_actions, size=count)).to(self.device)
+        return PolicyOutput(torch.where(explore, random_actions, greedy), {"exploration_rate": epsilon})
+
+    def state(self) -> PolicyState:
+        return {name: tensor.detach().clone() for name, tensor in self.q_network.state_dict().items()}
+
+    def update(self, state: PolicyState) -> None:
+        self.q_network.load_state_dict(state)
+
+    def to(self, device: torch.device | str) -> "DQNPolicy":
+        self.q_network.to(device)
+        self.device = torch.device(device)
+        return self
+
+    def set_env_steps(self, steps: int) -> None:
+        self.env_steps = steps
+
+
+class DQNLearner(PolicyLearner):
+    """Trains the Q-network; `policy()` acts with the live network."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: DQNConfig | None = None,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.config = config = config or DQNConfig()
+        config.validate()
+        observation_size, num_actions = check_spaces(observation_space, action_space)
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.q_network = mlp(observation_size, num_actions, config.hidden, config.layers).to(self.device)
+        self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
+        self.parameters = list(self.q_network.parameters())
+        self.target_parameters = list(self.target_network.parameters())
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(self.parameters, lr=config.lr, fused=fused)
+        self._policy = DQNPolicy(self.q_network, num_actions, config, seed)
+        self.updates = 0
+
+    def train(self, batch: TransitionBatch) -> TrainOutput:
+        c = self.config
+        observations = batch.observations.flatten(1).to(torch.float32)
+        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        with torch.no_grad():
+            next_actions = self.q_network(next_observations).argmax(dim=1, keepdim=True)
+            next_q = self.target_network(next_observations).gather(1, next_actions).squeeze(1)
+            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+        q_values = self.q_network(observations).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
+        loss = F.smooth_l1_loss(q_values, target)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self.target_parameters, self.parameters, c.tau)
+        self.updates += 1
+        return {"loss": loss.detach(), "q_values": q_values.detach().mean()}
+
+    def policy(self) -> DQNPolicy:
+        return self._policy
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q_network": self.q_network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.q_network.load_state_dict(state["q_network"])
+        self.target_network.load_state_dict(state["target_network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])

@@ -1,0 +1,201 @@
+"""The `offpolicy` command: `train`, `presets`.
+
+Every config field is an option spelled like the field (`--num-envs`,
+`--train-steps`, ...), documented from the field's own docstring, so the
+help and the code never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+import traceback
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from offpolicy.agents import AGENTS
+from offpolicy.checkpoint import CheckpointError
+from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
+from offpolicy.envs import EnvError
+from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, default_preset, preset
+from offpolicy.runners import EnvRunnerError
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints")
+USER_ERRORS = (ConfigError, EnvError, CheckpointError, EnvRunnerError)
+
+
+@lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each dataclass field, CleanRL style."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+        ):
+            docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_fields(group: Any, cls: type, names: Sequence[str], defaults: dict[str, Any]) -> None:
+    docs = field_docs(cls)
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    for name in names:
+        kind = {"int": int, "float": float, "str": str}.get(str(types[name]), str)
+        default = defaults.get(name)
+        shown = f" (default: {default})" if default not in (None, "") else ""
+        group.add_argument(_option(name), dest=name, type=kind, default=None, metavar=kind.__name__.upper(),
+                           help=docs.get(name, "") + shown)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="offpolicy", description="Train off-policy RL agents, fast.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    base = preset("dqn-cartpole")
+    train = commands.add_parser(
+        "train",
+        help="train an agent",
+        description="Train an agent. Settings come from the tuned preset for the agent and env "
+        "(or --preset), then from the options given. Defaults shown are the bare `offpolicy train` ones.",
+    )
+    train.add_argument("agent", nargs="?", help=f"agent: {', '.join(AGENTS)} (default: dqn, or the preset's)")
+    train.add_argument("env", nargs="?", help="Gymnasium env id (default: CartPole-v1, or the preset's)")
+    train.add_argument("--preset", help=f"named settings to start from: {', '.join(PRESETS)}")
+    train.add_argument("--run-dir", type=Path, help="where metrics and checkpoints go (default: runs/<env>-<agent>-s<seed>-<time>)")
+    train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its latest checkpoint, with its config")
+    train.add_argument("--quiet", action="store_true", help="print only the run directory and the summary")
+    train.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+
+    run_defaults = {**dataclasses.asdict(RunConfig()), **base}
+    _add_fields(train.add_argument_group("run"), RunConfig, RUN_OPTIONS, run_defaults)
+    strategy_names = [f.name for f in dataclasses.fields(OffPolicyConfig)]
+    _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig, strategy_names,
+                {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]})
+    for agent, spec in AGENTS.items():
+        names = [f.name for f in dataclasses.fields(spec.config_class)]
+        defaults = {**dataclasses.asdict(spec.config_class()), **(base["hyperparameters"] if agent == base["agent"] else {})}
+        _add_fields(train.add_argument_group(f"{agent} hyperparameters"), spec.config_class, names, defaults)
+
+    commands.add_parser("presets", help="list the named presets")
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """Preset first (named, or the tuned one for this agent and env), then the options given."""
+    if args.preset:
+        values: dict[str, Any] = preset(args.preset)
+        for given, key in ((args.agent, "agent"), (args.env, "env")):
+            if given is not None and given != values[key]:
+                raise ConfigError(f"preset {args.preset!r} is for {key} {values[key]}, not {given}")
+    else:
+        agent, env = args.agent or "dqn", args.env or "CartPole-v1"
+        name = default_preset(agent, env)
+        values = preset(name) if name else {"strategy": {}, "hyperparameters": {}}
+        values["agent"], values["env"] = agent, env
+    if values["agent"] not in AGENTS:
+        raise ConfigError(f"unknown agent {values['agent']!r}; available: {', '.join(AGENTS)}")
+    for field in RUN_OPTIONS:
+        if getattr(args, field) is not None:
+            values[field] = getattr(args, field)
+    for f in dataclasses.fields(OffPolicyConfig):
+        if getattr(args, f.name) is not None:
+            values["strategy"][f.name] = getattr(args, f.name)
+    own = {f.name for f in dataclasses.fields(AGENTS[values["agent"]].config_class)}
+    for agent, spec in AGENTS.items():
+        for f in dataclasses.fields(spec.config_class):
+            value = getattr(args, f.name)
+            if value is None:
+                continue
+            if f.name not in own:
+                raise ConfigError(f"option {_option(f.name)} does not apply to agent {values['agent']}")
+            values["hyperparameters"][f.name] = value
+    return RunConfig(**values)
+
+
+def _changed_options(args: argparse.Namespace) -> list[str]:
+    names = [f.name for f in dataclasses.fields(OffPolicyConfig)] + [n for n in RUN_OPTIONS if n != "num_steps"]
+    for spec in AGENTS.values():
+        names += [f.name for f in dataclasses.fields(spec.config_class)]
+    return [_option(n) for n in names if getattr(args, n, None) is not None]
+
+
+def command_train(args: argparse.Namespace) -> int:
+    from offpolicy.training import load_run_config, train
+
+    if args.resume is not None:
+        changed = _changed_options(args) + (["--preset"] if args.preset else [])
+        if changed:
+            raise ConfigError(
+                f"--resume continues with the run's stored config; {', '.join(changed)} cannot change "
+                "(only --num-steps may, to extend the run)"
+            )
+        if args.agent or args.env:
+            raise ConfigError("--resume continues the stored run; give no agent or env")
+        config = load_run_config(args.resume)
+        if args.num_steps is not None:
+            config = dataclasses.replace(config, num_steps=args.num_steps)
+        print(f"Resuming {args.resume} from its latest checkpoint")
+        result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet)
+    else:
+        config = resolve_config(args)
+        from offpolicy.training import new_run_dir
+
+        run_dir = args.run_dir or new_run_dir(config)
+        print(f"Run directory: {run_dir}")
+        result = train(config, run_dir=run_dir, quiet=args.quiet)
+
+    stats = result.stats
+    best = "-" if stats.best_eval_return is None else f"{stats.best_eval_return:.1f} at step {stats.best_eval_step:,}"
+    last = "-" if stats.last_eval_return is None else f"{stats.last_eval_return:.1f}"
+    print(
+        f"{'Stopped' if result.interrupted else 'Done'}: {stats.step:,} steps in {stats.elapsed:.1f} s "
+        f"({stats.steps_per_second:,.0f} steps/s), {stats.episodes:,} episodes, {stats.train_steps:,} updates; "
+        f"evaluation return: last {last}, best {best}"
+    )
+    if result.interrupted:
+        print(f"Interrupted ({result.interrupted}). Continue with: offpolicy train --resume {result.run_dir}")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def command_presets(args: argparse.Namespace) -> int:
+    for name, values in PRESETS.items():
+        print(f"{name:<14} {values['agent']:<5} {values['env']:<14} {PRESET_DESCRIPTIONS.get(name, '')}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return command_train(args)
+        return command_presets(args)
+    except USER_ERRORS as error:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"offpolicy: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("offpolicy: stopped at once (second Ctrl-C); the last checkpoint is intact", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Configuration of the off-policy strategy: the seed's nine fields, plus the worker backend.
+
+A config is plain data: it round-trips through a dict (and so JSON), and every
+run stores the resolved one in its run directory so that it can be resumed or
+re-run exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, TypeVar
+
+BACKENDS = ("inprocess", "threads")
+
+
+class ConfigError(ValueError):
+    """A configuration value breaks a rule; the message names the field and the rule."""
+
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], values: Mapping[str, Any], where: str) -> T:
+    """Build dataclass `cls` from `values`, refusing unknown keys by name.
+
+    Silently ignoring a misspelt key would train with a default the user did
+    not want, so an unknown key is an error that lists the known ones.
+    """
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r} in {where}; known keys: {', '.join(sorted(known))}"
+        )
+    return cls(**values)
+
+
+@dataclass
+class OffPolicyConfig:
+    """How experience is collected and when training happens (the seed's `OffPolicyConfig`)."""
+
+    num_envs: int = 1
+    """Environments collecting experience at once."""
+    autobatch_size: int = 1
+    """Pending observations that trigger one batched inference call; 1 <= autobatch_size <= num_envs."""
+    replay_buffer_size: int = 1024
+    """Transitions kept in the replay buffer; the oldest are overwritten."""
+    train_interval: int = 1
+    """Environment steps collected between two training phases."""
+    train_steps: int = 1
+    """Optimisation steps in each training phase."""
+    eval_interval: int = 10_000
+    """Environment steps between two evaluations (each also writes a checkpoint)."""
+    eval_episodes: int = 1
+    """Deterministic episodes run at each evaluation."""
+    train_batch_size: int = 32
+    """Transitions sampled for one optimisation step."""
+    warmup_steps: int = 0
+    """Environment steps collected before the first training phase."""
+    backend: str = "inprocess"
+    """Where environments step: 'inprocess' (trainer thread, batched; fast for cheap envs,
+    reproducible) or 'threads' (one worker thread per env and a shared inference server,
+    the seed's literal design)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Reject impossible values up front, naming the field and the rule."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "backend":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+        positive = (
+            "num_envs",
+            "autobatch_size",
+            "replay_buffer_size",
+            "train_interval",
+            "train_steps",
+            "eval_interval",
+            "eval_episodes",
+            "train_batch_size",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
+        if self.autobatch_size > self.num_envs:
+            raise ConfigError(
+                f"autobatch_size must be between 1 and num_envs ({self.num_envs}), "
+                f"got {self.autobatch_size}: lower autobatch_size or raise num_envs"
+            )
+        if self.train_batch_size > self.replay_buffer_size:
+            raise ConfigError(
+                f"train_batch_size ({self.train_batch_size}) must not exceed "
+                f"replay_buffer_size ({self.replay_buffer_size}): the buffer could never hold a batch"
+            )
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "OffPolicyConfig":
+        return from_dict(cls, values, "the strategy config")
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a training run; stored as `RUN_DIR/config.json`."""
+
+    agent: str = "dqn"
+    """Agent name (see `offpolicy presets`)."""
+    env: str = "CartPole-v1"
+    """Gymnasium environment id."""
+    num_steps: int = 40_000
+    """Total environment steps."""
+    seed: int = 0
+    """One seed for networks, exploration, environments and replay sampling."""
+    device: str = "cpu"
+    """Training device (the learner and the replay buffer), e.g. cpu or cuda."""
+    inference_device: str = ""
+    """Acting device; empty means the training device."""
+    torch_threads: int = 1
+    """Torch CPU threads; 1 is fastest for small networks (more threads spin against the envs)."""
+    keep_checkpoints: int = 2
+    """Latest checkpoints kept (the best by evaluation return is kept as well)."""
+    strategy: OffPolicyConfig = dataclasses.field(default_factory=OffPolicyConfig)
+    """Collection and training schedule."""
+    hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The agent's hyperparameters (overrides of its defaults)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.strategy, Mapping):
+            self.strategy = OffPolicyConfig.from_dict(self.strategy)
+        for name in ("num_steps", "torch_threads", "keep_checkpoints"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
+        return from_dict(cls, values, "the run config")

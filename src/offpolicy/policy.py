@@ -1,0 +1,93 @@
+"""The two interfaces every agent implements: the acting `Policy` and the `PolicyLearner`.
+
+They are split as in the seed: the policy is what environments act with (it
+may live on another device, in another thread, or be a lagging copy), the
+learner owns everything needed to improve it (networks, targets, optimiser).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+
+if TYPE_CHECKING:
+    from offpolicy.buffer import TransitionBatch
+
+PolicyState = dict[str, torch.Tensor]
+"""The acting policy's parameters, as handed from the learner to the acting copies."""
+
+TrainOutput = dict[str, torch.Tensor]
+"""What one optimisation step reports (loss and friends), as 0-d tensors.
+
+Tensors rather than floats: reading a value forces a device sync, so metrics
+read them in bulk, off the hot path.
+"""
+
+
+@dataclass
+class PolicyOutput:
+    """Actions for a batch of observations, and how they were chosen."""
+
+    actions: torch.Tensor
+    """One action per observation, batched along the first dimension."""
+    context: dict[str, float]
+    """The action context, e.g. {"exploration_rate": 0.3}; it applies to every item of the batch."""
+
+
+class Policy(ABC):
+    """Maps a batch of observations to a batch of actions."""
+
+    device: torch.device
+
+    @abstractmethod
+    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        """Choose actions; `deterministic` turns exploration off (evaluation)."""
+
+    @abstractmethod
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        """The raw action-distribution parameters (Q-values for DQN)."""
+
+    @abstractmethod
+    def state(self) -> PolicyState:
+        """A snapshot of the parameters, safe to hand to another thread or device."""
+
+    @abstractmethod
+    def update(self, state: PolicyState) -> None:
+        """Take new parameters (from `state()` of the learner's policy)."""
+
+    @abstractmethod
+    def to(self, device: torch.device | str) -> "Policy":
+        """Move to `device` and return self."""
+
+    def set_env_steps(self, steps: int) -> None:
+        """Tell the policy how many environment steps were taken so far.
+
+        Schedules that depend on progress (exploration) then continue where a
+        resumed run stopped. Policies without such schedules ignore it.
+        """
+
+
+class PolicyLearner(ABC):
+    """The agent being trained: one optimisation step at a time."""
+
+    device: torch.device
+
+    @abstractmethod
+    def train(self, batch: "TransitionBatch") -> TrainOutput:
+        """Run one optimisation step on `batch` and report its outputs."""
+
+    @abstractmethod
+    def policy(self) -> Policy:
+        """The current policy; its `state()` is the snapshot acting copies receive."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training: networks, targets, optimiser, counters."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+

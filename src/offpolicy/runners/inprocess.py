@@ -1,0 +1,111 @@
+"""Runners that step their environments in the calling thread.
+
+For cheap environments this is the fastest design in Python: one batched
+policy call per group of envs, no thread or process hop per step, and the
+run is exactly reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+from offpolicy.envs import EnvFactory
+from offpolicy.policy import Policy, PolicyState
+from offpolicy.runners.core import EnvRunner, EnvSession, TimeStep, collect_episodes, whole_episodes
+
+
+class SingleEnvRunner(EnvRunner):
+    """One env, the policy called directly (the seed's single runner); used for evaluation."""
+
+    def __init__(self, factory: EnvFactory, policy: Policy, seed: int, deterministic: bool) -> None:
+        self.policy = policy
+        self.device = policy.device
+        self.deterministic = deterministic
+        self.session = EnvSession(factory, 0, seed)
+
+    def _step(self) -> TimeStep:
+        observation = torch.as_tensor(self.session.observation[None], device=self.device)
+        with torch.no_grad():
+            output = self.policy.act(observation, self.deterministic)
+        return self.session.step(output.actions[0].cpu().numpy(), output.context)
+
+    def run_steps(self, count: int) -> list[TimeStep]:
+        return [self._step() for _ in range(count)]
+
+    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+        if self.session.episode_length:
+            self.session.restart()
+        return collect_episodes(self._step, count)
+
+    def update_policy(self, state: PolicyState) -> None:
+        self.policy.update(state)
+
+    def policy_state(self) -> PolicyState:
+        return self.policy.state()
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class InProcessMultiEnvRunner(EnvRunner):
+    """`num_envs` envs stepped by the caller, each kept one step ahead.
+
+    Semantics match the threaded runner: every env computes one step at the
+    start; each timestep handed back asks its env for the next one, computed
+    before `run_steps` returns (so with the parameters of that moment, as with
+    threads). Owed steps run in groups of `autobatch_size`, one policy call each.
+    """
+
+    def __init__(
+        self,
+        factory: EnvFactory,
+        seeds: list[int],
+        policy: Policy,
+        autobatch_size: int,
+        deterministic: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.device = policy.device
+        self.autobatch_size = autobatch_size
+        self.deterministic = deterministic
+        self.sessions = [EnvSession(factory, env_id, seed) for env_id, seed in enumerate(seeds)]
+        self._owed: deque[int] = deque(range(len(seeds)))
+        self._ready: deque[TimeStep] = deque()
+        self._step_owed()
+
+    def _step_owed(self) -> None:
+        while self._owed:
+            group = [self._owed.popleft() for _ in range(min(self.autobatch_size, len(self._owed)))]
+            observations = np.stack([self.sessions[env_id].observation for env_id in group])
+            with torch.no_grad():
+                output = self.policy.act(torch.as_tensor(observations, device=self.device), self.deterministic)
+            actions = output.actions.cpu().numpy()
+            for env_id, action in zip(group, actions):
+                self._ready.append(self.sessions[env_id].step(action, output.context))
+
+    def run_steps(self, count: int) -> list[TimeStep]:
+        timesteps: list[TimeStep] = []
+        while len(timesteps) < count:
+            if not self._ready:
+                self._step_owed()
+            timestep = self._ready.popleft()
+            timesteps.append(timestep)
+            self._owed.append(timestep.env_id)
+        self._step_owed()
+        return timesteps
+
+    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+        return whole_episodes(self, count)
+
+    def update_policy(self, state: PolicyState) -> None:
+        self.policy.update(state)
+
+    def policy_state(self) -> PolicyState:
+        return self.policy.state()
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()

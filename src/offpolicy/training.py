@@ -1,0 +1,185 @@
+"""Wiring: build the parts of a run, run the strategy, return the trained policy.
+
+This is the seed's wrapper around `train_loop`: emit a start event with the
+total, run the loop, emit an end event with a summary, return the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from offpolicy.agents import make_learner
+from offpolicy.checkpoint import CheckpointError, Checkpointer
+from offpolicy.config import ConfigError, RunConfig
+from offpolicy.envs import EnvSpec, make_env_factory, probe_spaces
+from offpolicy.events import (
+    CallbackSink,
+    Event,
+    EventProcessor,
+    EventSink,
+    MetricsLog,
+    ProgressDisplay,
+    RunStats,
+    TrainingEnded,
+    TrainingStarted,
+)
+from offpolicy.interrupt import Interrupter, stop_on_signals
+from offpolicy.policy import Policy, PolicyLearner
+from offpolicy.strategy import OffPolicyStrategy, TrainingComponents
+
+CONFIG_FILE = "config.json"
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or stopped) run hands back."""
+
+    policy: Policy
+    learner: PolicyLearner
+    run_dir: Path | None
+    stats: RunStats
+    interrupted: str | None
+    """The stop reason if the run ended before `num_steps`, else None."""
+
+
+def new_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
+    """`runs/<env>-<agent>-s<seed>-<time>`, unique."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = root / f"{config.env}-{config.agent}-s{config.seed}-{stamp}"
+    path, suffix = base, 1
+    while path.exists():
+        suffix += 1
+        path = base.with_name(f"{base.name}-{suffix}")
+    return path
+
+
+def prepare_run_dir(run_dir: Path) -> Path:
+    """Create the run directory, or explain why it cannot be used."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} is a file; pick another --run-dir")
+    if (run_dir / CONFIG_FILE).exists():
+        raise ConfigError(
+            f"run directory {run_dir} already holds a run; continue it with --resume {run_dir} "
+            "or pick another --run-dir"
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot create run directory {run_dir}: {error.strerror}") from error
+    return run_dir
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    """The config a run directory was started with."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir} is not a run directory: it has no {CONFIG_FILE}")
+    try:
+        return RunConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+
+
+def train(
+    config: RunConfig | None = None,
+    *,
+    env: EnvSpec | None = None,
+    run_dir: Path | str | None = None,
+    resume: bool = False,
+    callbacks: Sequence[Callable[[Event, RunStats], None]] = (),
+    quiet: bool = False,
+    save: bool = True,
+    interrupter: Interrupter | None = None,
+) -> TrainResult:
+    """Train an agent and return its policy.
+
+    `env` overrides `config.env` with an id or any zero-argument callable
+    returning a Gymnasium env. With `save`, metrics and checkpoints go to
+    `run_dir` (a new folder under `runs/` when omitted); `resume` continues the
+    run in `run_dir` from its latest checkpoint, with its stored config (or
+    `config`, to extend `num_steps`).
+    `callbacks` receive every event with the run's current stats.
+    """
+    if resume:
+        if run_dir is None:
+            raise ConfigError("resume needs the run directory to continue")
+        run_dir = Path(run_dir)
+        config = config or load_run_config(run_dir)
+    config = config or RunConfig()
+    factory = make_env_factory(env if env is not None else config.env)
+    observation_space, action_space = probe_spaces(factory)
+
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    learner = make_learner(
+        config.agent, observation_space, action_space, config.hyperparameters, config.device, config.seed
+    )
+
+    starting_step = 0
+    checkpointer = None
+    sinks: list[EventSink] = []
+    if save:
+        if not resume:
+            run_dir = prepare_run_dir(Path(run_dir) if run_dir else new_run_dir(config))
+        assert run_dir is not None
+        write_atomically(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=2))
+        checkpointer = Checkpointer(run_dir / "checkpoints", keep_last=config.keep_checkpoints)
+        if resume:
+            latest = checkpointer.latest
+            if latest is None:
+                raise CheckpointError(f"{run_dir} has no checkpoint to resume from")
+            _, learner_state = checkpointer.load(latest.step)
+            learner.load_state_dict(learner_state)
+            starting_step = latest.step
+            truncate_metrics(run_dir / "metrics", starting_step)
+        sinks.append(MetricsLog(run_dir / "metrics"))
+    else:
+        run_dir = None
+    sinks.append(ProgressDisplay(quiet=quiet))
+    sinks.extend(CallbackSink(callback) for callback in callbacks)
+
+    interrupter = interrupter or Interrupter()
+    events = EventProcessor(sinks, interrupter)
+    components = TrainingComponents(
+        num_steps=config.num_steps,
+        events=events,
+        interrupter=interrupter,
+        checkpointer=checkpointer,
+        inference_device=torch.device(config.inference_device or config.device),
+        seed=config.seed,
+    )
+    strategy = OffPolicyStrategy(config.strategy)
+    events.process_train(TrainingStarted(starting_step, config.num_steps))
+    try:
+        with stop_on_signals(interrupter):
+            policy = strategy.train_loop(components, learner, starting_step, factory)
+    finally:
+        stopped = interrupter.reason if events.stats.step < config.num_steps else None
+        events.process_train(TrainingEnded(events.stats.step, stopped))
+    return TrainResult(policy, learner, run_dir, events.stats, stopped)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, path)
+
+
+def truncate_metrics(directory: Path, step: int) -> None:
+    """Drop metric rows logged after `step`, so a resumed run neither repeats nor skips rows."""
+    for path in directory.glob("*.jsonl"):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+        if len(kept) != len(lines):
+            path.write_text("".join(kept), encoding="utf-8")
+
+
+__all__ = ["TrainResult", "train", "load_run_config"]

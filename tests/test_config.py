@@ -1,0 +1,52 @@
+import dataclasses
+
+import pytest
+
+from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
+
+
+def test_defaults_are_the_seeds():
+    assert dataclasses.asdict(OffPolicyConfig()) == {
+        "num_envs": 1,
+        "autobatch_size": 1,
+        "replay_buffer_size": 1024,
+        "train_interval": 1,
+        "train_steps": 1,
+        "eval_interval": 10_000,
+        "eval_episodes": 1,
+        "train_batch_size": 32,
+        "warmup_steps": 0,
+        "backend": "inprocess",
+    }
+
+
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"num_envs": 0}, "num_envs"),
+        ({"autobatch_size": 0}, "autobatch_size"),
+        ({"num_envs": 8, "autobatch_size": 9}, "autobatch_size"),
+        ({"replay_buffer_size": 0}, "replay_buffer_size"),
+        ({"train_interval": 0}, "train_interval"),
+        ({"train_steps": -1}, "train_steps"),
+        ({"eval_interval": 0}, "eval_interval"),
+        ({"eval_episodes": 0}, "eval_episodes"),
+        ({"train_batch_size": 0}, "train_batch_size"),
+        ({"train_batch_size": 2048}, "train_batch_size"),
+        ({"warmup_steps": -5}, "warmup_steps"),
+        ({"num_envs": 2.5}, "num_envs"),
+        ({"backend": "gpu-magic"}, "backend"),
+    ],
+)
+def test_each_invalid_field_is_named(values, field):
+    with pytest.raises(ConfigError, match=field):
+        OffPolicyConfig(**values)
+
+
+def test_round_trip_and_unknown_keys():
+    config = RunConfig(strategy=OffPolicyConfig(num_envs=4, autobatch_size=2), hyperparameters={"lr": 0.1})
+    assert RunConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ConfigError, match="num_env"):
+        OffPolicyConfig.from_dict({"num_env": 3})
+    with pytest.raises(ConfigError, match="num_steps"):
+        RunConfig(num_steps=0)
