@@ -139,7 +139,6 @@ class EventProcessor:
     def _close_phase(self) -> None:
         """Average the learner outputs of the phase just ended, with one device sync."""
         outputs, self._phase_outputs = self._phase_outputs, []
-        self.stats.closed_phase = None
         if outputs:
             names = list(outputs[0])
             means = torch.stack([torch.stack([o[n] for n in names]) for o in outputs]).float().mean(0)
@@ -149,6 +148,7 @@ class EventProcessor:
 
     def _dispatch(self, event: Event) -> None:
         stats = self.stats
+        stats.closed_phase = None
         if not isinstance(event, TrainStep):
             self._close_phase()
         if isinstance(event, TrainingStarted):

@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+import torch
+
+from offpolicy.buffer import TransitionBuffer
+
+
+def push_range(buffer, start, count):
+    ids = np.arange(start, start + count)
+    buffer.push(
+        ids[:, None].astype(np.float64).repeat(3, 1),
+        ids[:, None].astype(np.float64).repeat(3, 1) + 0.5,
+        ids % 2,
+        ids.astype(np.float32),
+        (ids % 3 == 0),
+    )
+
+
+def stored_ids(buffer):
+    return sorted(buffer._storage["rewards"][: len(buffer)].long().tolist())
+
+
+def test_lazy_shapes_and_dtypes_from_first_push():
+    buffer = TransitionBuffer(10)
+    assert buffer._storage == {}
+    push_range(buffer, 0, 3)
+    storage = buffer._storage
+    assert storage["observations"].shape == (10, 3) and storage["observations"].dtype == torch.float32
+    assert storage["actions"].dtype == torch.int64
+    assert storage["terminated"].dtype == torch.float32
+    assert storage["observations"].device.type == "cpu"
+
+
+def test_wraps_around_overwriting_oldest():
+    buffer = TransitionBuffer(5)
+    push_range(buffer, 0, 3)
+    push_range(buffer, 3, 4)  # crosses the end: 5, 6 overwrite 0, 1
+    assert len(buffer) == 5
+    assert stored_ids(buffer) == [2, 3, 4, 5, 6]
+    push_range(buffer, 7, 12)  # larger than capacity: only the last five stay
+    assert stored_ids(buffer) == [14, 15, 16, 17, 18]
+
+
+def test_samples_only_filled_slots_and_keeps_transitions_together():
+    buffer = TransitionBuffer(1000, seed=3)
+    push_range(buffer, 100, 7)
+    batch = buffer.sample(500)
+    ids = batch.rewards.long()
+    assert set(ids.tolist()) <= set(range(100, 107))
+    assert len(set(ids.tolist())) == 7  # uniform over all seven
+    assert torch.equal(batch.observations[:, 0], ids.float())
+    assert torch.equal(batch.next_observations[:, 0], ids.float() + 0.5)
+    assert torch.equal(batch.actions, ids % 2)
+    assert torch.equal(batch.terminated, (ids % 3 == 0).float())
+
+
+def test_same_seed_same_samples_and_state_round_trip():
+    a, b = TransitionBuffer(50, seed=1), TransitionBuffer(50, seed=1)
+    push_range(a, 0, 60)
+    push_range(b, 0, 60)
+    assert torch.equal(a.sample(32).rewards, b.sample(32).rewards)
+    c = TransitionBuffer(50)
+    c.load_state_dict(a.state_dict())
+    assert torch.equal(a.sample(32).rewards, c.sample(32).rewards)
+
+
+def test_empty_buffer_refuses_to_sample():
+    with pytest.raises(ValueError, match="empty"):
+        TransitionBuffer(4).sample(1)

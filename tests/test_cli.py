@@ -1,0 +1,81 @@
+"""The `offpolicy` command as a user runs it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+OFFPOLICY = str(Path(sys.executable).parent / "offpolicy")
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def run(*args, timeout=120):
+    return subprocess.run([OFFPOLICY, *args], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["train", "--num-envs", "8", "--autobatch-size", "9"], "autobatch_size"),
+        (["train", "--train-batch-size", "0"], "train_batch_size"),
+        (["train", "dqn", "NoSuchEnv-v0"], "unknown environment id"),
+        (["train", "sarsa"], "unknown agent 'sarsa'"),
+        (["train", "dqn", "Pendulum-v1"], "DQN needs a Discrete action space, got Box"),
+        (["train", "--preset", "nope"], "unknown preset 'nope'"),
+        (["train", "--backend", "gpu"], "backend must be one of"),
+        (["train", "--resume", "/nonexistent/run"], "not a run directory"),
+    ],
+)
+def test_bad_input_exits_at_once_with_one_line(tmp_path, args, words):
+    result = run(*args, "--run-dir", str(tmp_path / "r")) if "--resume" not in args else run(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr
+
+
+def test_help_documents_every_field_with_default():
+    text = run("train", "--help").stdout
+    for option in ("--num-envs", "--autobatch-size", "--replay-buffer-size", "--train-interval", "--train-steps",
+                   "--eval-interval", "--eval-episodes", "--train-batch-size", "--warmup-steps", "--num-steps",
+                   "--seed", "--run-dir", "--device", "--lr", "--gamma", "--tau", "--hidden", "--layers",
+                   "--exploration-start", "--exploration-end", "--exploration-decay"):
+        assert option in text
+    assert "(default: 40000)" in text
+
+
+def test_presets_are_listed():
+    out = run("presets").stdout
+    assert "dqn-cartpole" in out and "seed-example" in out
+
+
+def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [OFFPOLICY, "train", "--num-steps", "200000", "--eval-interval", "500", "--eval-episodes", "1",
+         "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    index = run_dir / "checkpoints" / "index.json"
+    deadline = time.time() + 60
+    while not index.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert index.exists(), "no checkpoint within 60 s"
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert f"offpolicy train --resume {run_dir}" in out
+    latest = json.loads(index.read_text())["latest"]
+    assert latest > 0 and (run_dir / "checkpoints" / f"step_{latest:09d}" / "learner.safetensors").exists()
+
+    resumed = run("train", "--resume", str(run_dir), "--num-steps", str(latest + 600), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Done: {latest + 600:,} steps" in resumed.stdout
+    assert json.loads(index.read_text())["latest"] == latest + 600
+    assert json.loads((run_dir / "config.json").read_text())["num_steps"] == latest + 600
+    changed = run("train", "--resume", str(run_dir), "--lr", "0.1")
+    assert changed.returncode == 2 and "--lr" in changed.stderr

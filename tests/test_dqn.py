@@ -1,0 +1,83 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from offpolicy.agents.dqn import DQNConfig, DQNLearner
+from offpolicy.buffer import TransitionBuffer
+from offpolicy.checkpoint import load_state, save_state
+from offpolicy.config import ConfigError
+from offpolicy.envs import EnvError
+
+OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
+ACTIONS = gym.spaces.Discrete(3)
+
+
+def filled_buffer(seed=0, size=300):
+    rng = np.random.default_rng(seed)
+    buffer = TransitionBuffer(1000, seed=seed)
+    buffer.push(
+        rng.normal(size=(size, 4)).astype(np.float32),
+        rng.normal(size=(size, 4)).astype(np.float32),
+        rng.integers(3, size=size),
+        rng.normal(size=size).astype(np.float32),
+        rng.random(size) < 0.1,
+    )
+    return buffer
+
+
+def test_unsupported_spaces_are_named():
+    with pytest.raises(EnvError, match=r"DQN needs a Discrete action space, got Box"):
+        DQNLearner(OBS, gym.spaces.Box(-1, 1, (2,)))
+    with pytest.raises(EnvError, match=r"Box observation space, got Discrete"):
+        DQNLearner(gym.spaces.Discrete(4), ACTIONS)
+
+
+def test_bad_hyperparameter_is_named():
+    with pytest.raises(ConfigError, match="gamma"):
+        DQNLearner(OBS, ACTIONS, DQNConfig(gamma=1.5))
+
+
+def test_update_follows_double_dqn_huber_and_soft_target():
+    config = DQNConfig(hidden=16, tau=0.25, lr=1e-2, gamma=0.9)
+    learner = DQNLearner(OBS, ACTIONS, config, seed=1)
+    batch = filled_buffer().sample(64)
+    target_before = [p.clone() for p in learner.target_network.parameters()]
+    online, target_net = learner.q_network, learner.target_network
+    with torch.no_grad():
+        next_a = online(batch.next_observations).argmax(1, keepdim=True)
+        expected_target = batch.rewards + 0.9 * (1 - batch.terminated) * target_net(batch.next_observations).gather(1, next_a).squeeze(1)
+        q = online(batch.observations).gather(1, batch.actions.view(-1, 1)).squeeze(1)
+        expected_loss = torch.nn.functional.smooth_l1_loss(q, expected_target)
+    output = learner.train(batch)
+    assert torch.allclose(output["loss"], expected_loss)
+    for before, after, current in zip(target_before, target_net.parameters(), online.parameters()):
+        assert torch.allclose(after, before + 0.25 * (current - before), atol=1e-6)
+
+
+def test_exploration_decays_and_deterministic_is_greedy():
+    learner = DQNLearner(OBS, ACTIONS, DQNConfig(exploration_decay=1000), seed=0)
+    policy = learner.policy()
+    obs = torch.zeros(10, 4)
+    assert policy.act(obs, False).context["exploration_rate"] == pytest.approx(0.99)
+    policy.set_env_steps(1000)
+    assert policy.act(obs, False).context["exploration_rate"] == pytest.approx(0.05 + 0.94 / np.e)
+    output = policy.act(obs, True)
+    assert output.context == {} and torch.equal(output.actions, policy.forward(obs).argmax(1))
+
+
+def test_saved_and_restored_learner_trains_identically(tmp_path):
+    a = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=2)
+    buffer = filled_buffer(1)
+    for _ in range(5):
+        a.train(buffer.sample(32))
+    save_state(tmp_path, "learner", a.state_dict())
+    b = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=99)
+    b.load_state_dict(load_state(tmp_path, "learner"))
+    for _ in range(5):
+        batch = buffer.sample(32)
+        a.train(batch)
+        b.train(batch)
+    for pa, pb in zip(list(a.q_network.parameters()) + list(a.target_network.parameters()),
+                      list(b.q_network.parameters()) + list(b.target_network.parameters())):
+        assert torch.equal(pa, pb)

@@ -1,0 +1,111 @@
+"""The whole run through the Python API: run directory, metrics, interruption and resume."""
+
+import json
+
+import pytest
+
+from helpers import CountingEnv
+from offpolicy import OffPolicyConfig, RunConfig, train
+from offpolicy.checkpoint import CheckpointError, Checkpointer
+from offpolicy.config import ConfigError
+from offpolicy.envs import EnvError
+from offpolicy.events import EvaluationEnded, StepsCollected
+
+
+def small_config(**changes):
+    values = dict(
+        num_steps=600,
+        strategy=OffPolicyConfig(num_envs=4, autobatch_size=4, train_interval=8, train_steps=2,
+                                 train_batch_size=32, replay_buffer_size=1000, eval_interval=200, eval_episodes=2),
+        hyperparameters={"hidden": 16},
+    )
+    values.update(changes)
+    return RunConfig(**values)
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_directory_holds_config_metrics_and_checkpoints(tmp_path):
+    result = train(small_config(), run_dir=tmp_path / "run", quiet=True)
+    run = tmp_path / "run"
+    assert RunConfig.from_dict(json.loads((run / "config.json").read_text())) == small_config()
+    train_rows = rows(run / "metrics" / "train.jsonl")
+    episodes = [r for r in train_rows if r["event"] == "episode"]
+    updates = [r for r in train_rows if r["event"] == "update"]
+    assert episodes and all({"episode_return", "episode_length", "exploration_rate"} <= set(r) for r in episodes)
+    assert updates and all("loss" in r for r in updates)
+    assert len({r["step"] for r in updates}) == len(updates)
+    assert [r["step"] for r in rows(run / "metrics" / "eval.jsonl")] == [200, 400, 600]
+    assert Checkpointer(run / "checkpoints").latest.step == 600
+    assert result.stats.step == 600 and result.interrupted is None
+    assert result.stats.train_steps == 2 * len(range(32, 601, 8))
+
+
+def test_same_seed_same_run(tmp_path):
+    returns = []
+    for name in ("a", "b"):
+        episode_returns = []
+        train(small_config(), run_dir=tmp_path / name, quiet=True,
+              callbacks=[lambda e, s: episode_returns.extend(t.episode_return for t in e.timesteps if t.done)
+                         if isinstance(e, StepsCollected) else None])
+        returns.append(episode_returns)
+    assert returns[0] == returns[1]
+    first, second = (rows(tmp_path / n / "metrics" / "train.jsonl") for n in ("a", "b"))
+    assert first == second
+
+
+def test_interrupted_run_resumes_to_the_end(tmp_path):
+    run = tmp_path / "run"
+
+    def stop_midway(event, stats):
+        if isinstance(event, StepsCollected) and event.step >= 300:
+            interrupter.stop("test")
+
+    from offpolicy.interrupt import Interrupter
+
+    interrupter = Interrupter()
+    first = train(small_config(), run_dir=run, quiet=True, callbacks=[stop_midway], interrupter=interrupter)
+    assert first.interrupted == "test" and first.stats.step == 304
+    assert Checkpointer(run / "checkpoints").latest.step == 304
+
+    evals = []
+    second = train(run_dir=run, resume=True, quiet=True,
+                   callbacks=[lambda e, s: evals.append(e.step) if isinstance(e, EvaluationEnded) else None])
+    assert second.interrupted is None and second.stats.step == 600
+    assert evals == [400, 600]
+    eval_steps = [r["step"] for r in rows(run / "metrics" / "eval.jsonl")]
+    assert eval_steps == [200, 400, 600]
+    update_steps = [r["step"] for r in rows(run / "metrics" / "train.jsonl") if r["event"] == "update"]
+    assert update_steps == sorted(update_steps) and len(set(update_steps)) == len(update_steps)
+
+
+def test_env_factory_callable_is_accepted(tmp_path):
+    result = train(small_config(num_steps=100), env=lambda: CountingEnv(9), save=False, quiet=True)
+    assert result.stats.step == 100 and result.run_dir is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(config=RunConfig(env="NoSuchEnv-v0")), EnvError, "unknown environment id 'NoSuchEnv-v0'"),
+        (dict(config=RunConfig(env="Pendulum-v1")), EnvError, "Discrete action space, got Box"),
+        (dict(config=RunConfig(agent="ppo")), ConfigError, "unknown agent 'ppo'"),
+        (dict(config=RunConfig(hyperparameters={"learning_rate": 1})), ConfigError, "unknown key 'learning_rate'"),
+    ],
+)
+def test_bad_input_is_named(tmp_path, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        train(**kwargs, run_dir=tmp_path / "r", quiet=True)
+
+
+def test_run_dir_problems(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        train(small_config(), run_dir=tmp_path / "file", quiet=True)
+    train(small_config(num_steps=40), run_dir=tmp_path / "used", quiet=True)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(small_config(), run_dir=tmp_path / "used", quiet=True)
+    with pytest.raises(CheckpointError, match="not a run directory"):
+        train(run_dir=tmp_path / "empty", resume=True)
