@@ -261,7 +261,7 @@ class ProgressDisplay:
 
             self._progress = Progress(
                 TextColumn("[bold]training"),
-                BarColumn(),
+                BarColumn(bar_width=20),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[status]}"),
                 TimeRemainingColumn(),
