@@ -81,3 +81,30 @@ def test_saved_and_restored_learner_trains_identically(tmp_path):
     for pa, pb in zip(list(a.q_network.parameters()) + list(a.target_network.parameters()),
                       list(b.q_network.parameters()) + list(b.target_network.parameters())):
         assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("layers, hidden", [(2, 8), (3, 64), (4, 32)])
+def test_fast_path_matches_autograd(layers, hidden):
+    config = DQNConfig(hidden=hidden, layers=layers, lr=1e-3, max_grad_norm=0.5)
+    fast = DQNLearner(OBS, ACTIONS, config, seed=5, fast_path=True)
+    plain = DQNLearner(OBS, ACTIONS, config, seed=5, fast_path=False)
+    assert fast._fast and not plain._fast
+    buffer = filled_buffer(7)
+    for _ in range(30):
+        batch = buffer.sample(64)
+        out_fast, out_plain = fast.train(batch), plain.train(batch)
+        assert torch.allclose(out_fast["loss"], out_plain["loss"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
+                    list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_fast_path_covers_only_plain_relu_mlps():
+    from torch import nn
+
+    from offpolicy.agents.fast_mlp import supports
+
+    assert supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    assert not supports(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
+    assert not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU()))
+    assert not supports(nn.Linear(4, 2))

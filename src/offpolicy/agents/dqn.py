@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from offpolicy.agents.fast_mlp import FastMLP, supports
 from offpolicy.buffer import TransitionBatch
 from offpolicy.envs import EnvError
 from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
@@ -147,7 +148,10 @@ class DQNLearner(PolicyLearner):
         config: DQNConfig | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        fast_path: bool = True,
     ) -> None:
+        """`fast_path` updates plain MLPs with a hand-derived backward (same result, about
+        twice as fast for small nets); other networks always use autograd."""
         self.config = config = config or DQNConfig()
         config.validate()
         observation_size, num_actions = check_spaces(observation_space, action_space)
@@ -161,8 +165,19 @@ class DQNLearner(PolicyLearner):
         self.optimizer = torch.optim.Adam(self.parameters, lr=config.lr, fused=fused)
         self._policy = DQNPolicy(self.q_network, num_actions, config, seed)
         self.updates = 0
+        self._fast = fast_path and supports(self.q_network)
+        if self._fast:
+            self._fast_online = FastMLP(self.q_network)
+            self._fast_target = FastMLP(self.target_network)
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
+        output = self._train_fast(batch) if self._fast else self._train_autograd(batch)
+        with torch.no_grad():
+            torch._foreach_lerp_(self.target_parameters, self.parameters, self.config.tau)
+        self.updates += 1
+        return output
+
+    def _train_autograd(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config
         observations = batch.observations.flatten(1).to(torch.float32)
         next_observations = batch.next_observations.flatten(1).to(torch.float32)
@@ -177,10 +192,34 @@ class DQNLearner(PolicyLearner):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
         self.optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(self.target_parameters, self.parameters, c.tau)
-        self.updates += 1
         return {"loss": loss.detach(), "q_values": q_values.detach().mean()}
+
+    @torch.no_grad()
+    def _train_fast(self, batch: TransitionBatch) -> TrainOutput:
+        """The same update as `_train_autograd`, with the gradient written out by hand."""
+        c = self.config
+        size = len(batch.rewards)
+        observations = batch.observations.flatten(1).to(torch.float32)
+        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        # One online pass over both halves: Q(s, .) for the loss, Q(s', .) for the double-DQN argmax.
+        q_both, layer_inputs = self._fast_online.forward(torch.cat((observations, next_observations)))
+        next_actions = q_both[size:].argmax(dim=1, keepdim=True)
+        next_q = self._fast_target.forward(next_observations)[0].gather(1, next_actions).squeeze(1)
+        target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+        actions = batch.actions.long().view(-1, 1)
+        q_values = q_both[:size].gather(1, actions).squeeze(1)
+        error = q_values - target
+        absolute = error.abs()
+        loss = torch.where(absolute < 1.0, 0.5 * error * error, absolute - 0.5).mean()
+
+        q_grad = torch.zeros_like(q_both[:size]).scatter_(1, actions, error.clamp(-1.0, 1.0).div_(size).unsqueeze(1))
+        grads = self._fast_online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, (c.max_grad_norm / (norm + 1e-6)).clamp(max=1.0))
+        for parameter, grad in zip(self.parameters, grads):
+            parameter.grad = grad
+        self.optimizer.step()
+        return {"loss": loss, "q_values": q_values.mean()}
 
     def policy(self) -> DQNPolicy:
         return self._policy

@@ -1,0 +1,232 @@
+"""dqn_cartpole: DQN on CartPole-v1 with the seed framework's example config, three ways, in one run.
+
+Systems, each in a fresh process, alternated seed by seed:
+- offpolicy: `offpolicy train --preset seed-example` (in-process backend, 1 torch thread);
+- sb3: Stable-Baselines3's DQN with the same hyperparameters (1 torch thread, its fastest here);
+- reference: a minimal single-file loop written below, no framework, the same computation
+  (double-DQN target, Huber loss, foreach clipping, fused Adam, soft target update per
+  optimisation step) and thread count as ours.
+
+Same work for all: 40,000 env steps over 8 envs, a training phase of 4 updates of batch 128
+after every 8 steps once 128 transitions are stored (19,940 updates). In-loop evaluation is
+off for every system; each trained policy is then evaluated on the same 10 deterministic
+episodes. Prints wall-clock (training only), env steps/s, updates/s, final return, medians
+over seeds, and the ratios against offpolicy.
+
+    python benchmarks/dqn_cartpole.py [--seeds 0 1 2]      # needs: pip install -e .[bench]
+
+Known difference: SB3's DQN is not double-DQN and updates its target once per vector step,
+so its tau is set to 1 - (1 - 0.005)^4 to move the target as far per phase as ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+NUM_STEPS = 40_000
+NUM_ENVS = 8
+BATCH = 128
+LR = 3e-4
+GAMMA = 0.99
+TAU = 0.005
+HIDDEN = 64
+EVAL_EPISODES = 10
+
+
+def evaluate(act) -> float:
+    """Mean return of deterministic episodes on seeds 10_000.. (the same for every system)."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make("CartPole-v1")
+    returns = []
+    for episode in range(EVAL_EPISODES):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(act(np.asarray(obs, dtype=np.float32))))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return sum(returns) / len(returns)
+
+
+def run_offpolicy(seed: int) -> dict:
+    import torch
+
+    import offpolicy
+    from offpolicy.presets import preset
+
+    values = preset("seed-example")
+    values["strategy"]["eval_interval"] = NUM_STEPS * 10  # in-loop evaluation off, as for the others
+    config = offpolicy.RunConfig(**values, seed=seed)
+    start = time.perf_counter()
+    result = offpolicy.train(config, save=False, quiet=True)
+    wall = time.perf_counter() - start
+    policy = result.policy
+
+    def act(obs):
+        with torch.no_grad():
+            return policy.act(torch.as_tensor(obs[None]), deterministic=True).actions[0]
+
+    return {"wall": wall, "updates": result.stats.train_steps, "final_return": evaluate(act)}
+
+
+def run_sb3(seed: int) -> dict:
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)
+    env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=seed)
+    model = DQN(
+        "MlpPolicy",
+        env,
+        learning_rate=LR,
+        buffer_size=50_000,
+        learning_starts=BATCH,
+        batch_size=BATCH,
+        tau=1 - (1 - TAU) ** 4,
+        gamma=GAMMA,
+        train_freq=1,
+        gradient_steps=4,
+        target_update_interval=1,
+        exploration_initial_eps=0.99,
+        exploration_final_eps=0.05,
+        exploration_fraction=0.3,
+        max_grad_norm=10,
+        policy_kwargs={"net_arch": [HIDDEN, HIDDEN]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(NUM_STEPS)
+    wall = time.perf_counter() - start
+    updates = model._n_updates
+    return {"wall": wall, "updates": updates, "final_return": evaluate(lambda obs: model.predict(obs, deterministic=True)[0])}
+
+
+def run_reference(seed: int) -> dict:
+    """The minimal loop: lists of envs, preallocated tensors, the same update as offpolicy's DQN."""
+    import copy
+    import math
+
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    envs = [gym.make("CartPole-v1") for _ in range(NUM_ENVS)]
+    obs = np.stack([env.reset(seed=seed * 100 + i)[0] for i, env in enumerate(envs)])
+    q = nn.Sequential(nn.Linear(4, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 2))
+    target = copy.deepcopy(q).requires_grad_(False)
+    params, target_params = list(q.parameters()), list(target.parameters())
+    optimizer = torch.optim.Adam(params, lr=LR, fused=True)
+    capacity = 50_000
+    b_obs = torch.zeros(capacity, 4)
+    b_next = torch.zeros(capacity, 4)
+    b_act = torch.zeros(capacity, dtype=torch.int64)
+    b_rew = torch.zeros(capacity)
+    b_term = torch.zeros(capacity)
+    size = position = updates = 0
+
+    start = time.perf_counter()
+    for step in range(0, NUM_STEPS, NUM_ENVS):
+        epsilon = 0.05 + 0.94 * math.exp(-step / 6000)
+        with torch.no_grad():
+            greedy = q(torch.from_numpy(obs)).argmax(1).numpy()
+        actions = np.where(rng.random(NUM_ENVS) < epsilon, rng.integers(2, size=NUM_ENVS), greedy)
+        next_obs = np.empty_like(obs)
+        rewards = np.empty(NUM_ENVS, np.float32)
+        terminals = np.empty(NUM_ENVS, np.float32)
+        final = np.empty_like(obs)
+        for i, env in enumerate(envs):
+            o, r, term, trunc, _ = env.step(int(actions[i]))
+            final[i], rewards[i], terminals[i] = o, r, term
+            next_obs[i] = env.reset()[0] if term or trunc else o
+        index = torch.arange(position, position + NUM_ENVS) % capacity
+        b_obs[index] = torch.from_numpy(obs)
+        b_next[index] = torch.from_numpy(final)
+        b_act[index] = torch.from_numpy(actions)
+        b_rew[index] = torch.from_numpy(rewards)
+        b_term[index] = torch.from_numpy(terminals)
+        position = (position + NUM_ENVS) % capacity
+        size = min(size + NUM_ENVS, capacity)
+        obs = next_obs
+        if size < BATCH:
+            continue
+        for _ in range(4):
+            i = torch.randint(size, (BATCH,))
+            o, n, a, r, d = b_obs[i], b_next[i], b_act[i], b_rew[i], b_term[i]
+            with torch.no_grad():
+                next_a = q(n).argmax(1, keepdim=True)
+                y = r + GAMMA * (1 - d) * target(n).gather(1, next_a).squeeze(1)
+            loss = F.smooth_l1_loss(q(o).gather(1, a.view(-1, 1)).squeeze(1), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 10.0, foreach=True)
+            optimizer.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(target_params, params, TAU)
+            updates += 1
+    wall = time.perf_counter() - start
+
+    def act(o):
+        with torch.no_grad():
+            return q(torch.from_numpy(o[None])).argmax(1)[0]
+
+    return {"wall": wall, "updates": updates, "final_return": evaluate(act)}
+
+
+SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3, "reference": run_reference}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(SYSTEMS[args.one](args.seed)))
+        return
+
+    results: dict[str, list[dict]] = {name: [] for name in args.systems}
+    for round_index, seed in enumerate(args.seeds):
+        order = args.systems[round_index % len(args.systems):] + args.systems[: round_index % len(args.systems)]
+        for name in order:
+            out = subprocess.run([sys.executable, __file__, "--one", name, "--seed", str(seed)],
+                                 capture_output=True, text=True, check=True)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            results[name].append(result)
+            print(f"  seed {seed} {name:<10} {result['wall']:6.1f} s  return {result['final_return']:6.1f}", flush=True)
+
+    print(f"\ndqn_cartpole: {NUM_STEPS:,} steps, 8 envs, seed-example config; medians over seeds {args.seeds}")
+    print(f"{'system':<11}{'wall s':>8}{'env steps/s':>13}{'updates/s':>11}{'final returns':>22}{'wall / offpolicy':>18}")
+    base = statistics.median(r["wall"] for r in results.get("offpolicy", results[args.systems[0]]))
+    for name, runs in results.items():
+        wall = statistics.median(r["wall"] for r in runs)
+        updates = statistics.median(r["updates"] / r["wall"] for r in runs)
+        returns = ", ".join(f"{r['final_return']:.0f}" for r in runs)
+        print(f"{name:<11}{wall:>8.1f}{NUM_STEPS / wall:>13,.0f}{updates:>11,.0f}{returns:>22}{wall / base:>18.2f}")
+    if "offpolicy" in results:
+        ours = statistics.median(r["wall"] for r in results["offpolicy"])
+        for name in ("sb3", "reference"):
+            if name in results:
+                theirs = statistics.median(r["wall"] for r in results[name])
+                print(f"offpolicy / {name}: {ours / theirs:.2f}")
+
+
+if __name__ == "__main__":
+    main()
