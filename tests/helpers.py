@@ -4,40 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import gymnasium as gym
-import numpy as np
 import torch
 
+from fake_envs import CountingEnv, FailingEnv, SlowEnv  # noqa: F401  (re-exported for tests)
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
-
-
-class CountingEnv(gym.Env):
-    """Observation = [steps into the episode, env tag]; ends after `length` steps.
-
-    `truncate=True` ends episodes by time limit (truncated) instead of terminating.
-    """
-
-    def __init__(self, length: int = 5, tag: float = 0.0, truncate: bool = False) -> None:
-        self.observation_space = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
-        self.length = length
-        self.tag = tag
-        self.truncate = truncate
-        self.t = 0
-
-    def _obs(self) -> np.ndarray:
-        return np.array([self.t, self.tag], dtype=np.float32)
-
-    def reset(self, *, seed: int | None = None, options: Any = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        self.t += 1
-        done = self.t >= self.length
-        return self._obs(), 1.0, done and not self.truncate, done and self.truncate, {}
 
 
 class StubPolicy(Policy):
@@ -95,3 +66,4 @@ class StubLearner(PolicyLearner):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.train_calls = int(state["train_calls"])
         self._policy.version = state["version"].clone()
+

@@ -1,5 +1,7 @@
 """The loop's counts of training steps, evaluations and checkpoints for given configs."""
 
+import functools
+
 import pytest
 
 from helpers import CountingEnv, StubLearner
@@ -44,7 +46,7 @@ def run(tmp_path, total, start=0, backend="inprocess", interrupter=None, **strat
         checkpointer=checkpointer,
         inference_device="cpu",
     )
-    policy = OffPolicyStrategy(config).train_loop(components, learner, start, lambda: CountingEnv(7))
+    policy = OffPolicyStrategy(config).train_loop(components, learner, start, functools.partial(CountingEnv, 7))
     return learner, recorder, checkpointer, policy
 
 
@@ -73,7 +75,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["inprocess", "threads"])
+@pytest.mark.parametrize("backend", ["inprocess", "threads", "processes"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_counts(tmp_path, case, backend):
     total, start, strategy, (train_steps, eval_steps, checkpoint_steps, chunks) = CASES[case]
@@ -110,7 +112,7 @@ def test_interruption_stops_at_chunk_boundary_and_leaves_checkpoint(tmp_path):
     learner = StubLearner()
     checkpointer = Checkpointer(tmp_path / "ck")
     components = TrainingComponents(1000, EventProcessor([StopAfter()], interrupter), interrupter, checkpointer, "cpu")
-    policy = OffPolicyStrategy(config).train_loop(components, learner, 0, lambda: CountingEnv(7))
+    policy = OffPolicyStrategy(config).train_loop(components, learner, 0, functools.partial(CountingEnv, 7))
     assert policy is learner.policy()
     assert checkpointer.latest.step == 24
     _, learner_state = checkpointer.load(24)
@@ -126,5 +128,5 @@ def test_failing_sink_stops_training_cleanly(tmp_path):
     interrupter = Interrupter()
     config = OffPolicyConfig(train_interval=8, train_batch_size=8)
     components = TrainingComponents(1000, EventProcessor([Broken()], interrupter), interrupter, None, "cpu")
-    OffPolicyStrategy(config).train_loop(components, StubLearner(), 0, lambda: CountingEnv(7))
+    OffPolicyStrategy(config).train_loop(components, StubLearner(), 0, functools.partial(CountingEnv, 7))
     assert "disk full" in interrupter.reason

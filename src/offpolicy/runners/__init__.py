@@ -5,6 +5,7 @@ from offpolicy.inference import InferenceServer
 from offpolicy.policy import Policy
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, EnvSession, TimeStep
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner, SingleEnvRunner
+from offpolicy.runners.processes import ProcessMultiEnvRunner
 from offpolicy.runners.threaded import AsyncEnvRunner, MultiEnvRunner
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "EnvSession",
     "InProcessMultiEnvRunner",
     "MultiEnvRunner",
+    "ProcessMultiEnvRunner",
     "SingleEnvRunner",
     "TimeStep",
 ]
@@ -29,6 +31,8 @@ def make_collection_runner(
         return InProcessMultiEnvRunner(factory, seeds, policy, autobatch_size)
     if backend == "threads":
         return MultiEnvRunner(factory, seeds, InferenceServer(policy, min(autobatch_size, len(seeds))))
+    if backend == "processes":
+        return ProcessMultiEnvRunner(factory, seeds, policy, autobatch_size)
     raise ValueError(f"unknown backend {backend!r}")
 
 

@@ -1,0 +1,229 @@
+"""Worker processes stepping environments in parallel, exchanging data through shared memory.
+
+Each worker process owns a slice of the envs. The runner (in the trainer)
+is the inference server: envs handed back ask for their next action, and the
+pending requests are answered by one batched policy call once
+`min(active envs, autobatch_size)` are waiting, where an env is active while it
+is stepping or waiting for an action; envs whose step is done and not yet
+asked for are idle and never waited for. Before `run_steps` returns, every env
+handed back has its next step under way ("double batching"), so the workers
+step while the trainer trains.
+
+Only lists of env ids cross the pipes; observations, actions, rewards and
+flags stay in shared memory. Workers start with `spawn` and import no torch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections import deque
+from multiprocessing.connection import wait
+from typing import Any
+
+import numpy as np
+import torch
+
+from offpolicy._env_worker import allocate, work
+from offpolicy.envs import EnvFactory
+from offpolicy.policy import Policy, PolicyState
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, TimeStep, whole_episodes
+
+START_TIMEOUT_S = 120.0
+
+
+def default_workers(num_envs: int) -> int:
+    """One worker per core, never more than there are envs."""
+    return max(1, min(num_envs, os.cpu_count() or 1))
+
+
+class ProcessMultiEnvRunner(EnvRunner):
+    """`len(seeds)` envs in `num_workers` processes, each env kept one step ahead."""
+
+    def __init__(
+        self,
+        factory: EnvFactory,
+        seeds: list[int],
+        policy: Policy,
+        autobatch_size: int,
+        num_workers: int | None = None,
+        start_method: str = "spawn",
+    ) -> None:
+        self.policy = policy
+        self.device = policy.device
+        self.autobatch_size = autobatch_size
+        num_envs = len(seeds)
+        probe = factory()
+        try:
+            observation = np.asarray(probe.observation_space.sample())
+            action = np.asarray(probe.action_space.sample())
+        finally:
+            probe.close()
+        context = mp.get_context(start_method)
+        shared = allocate(context, num_envs, observation, action)
+        self.arrays = shared.views()
+
+        workers = min(num_workers or default_workers(num_envs), num_envs)
+        slices = [list(part) for part in np.array_split(np.arange(num_envs), workers)]
+        self._connections = []
+        self._processes = []
+        self._worker_of: dict[int, int] = {}
+        for index, env_ids in enumerate(slices):
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=work,
+                args=(child, factory, [int(i) for i in env_ids], [seeds[i] for i in env_ids], shared),
+                name=f"offpolicy-envs-{index}",
+                daemon=True,
+            )
+            process.start()
+            child.close()
+            self._connections.append(parent)
+            self._processes.append(process)
+            self._worker_of.update({int(i): index for i in env_ids})
+
+        self._observations = np.zeros_like(self.arrays["observations"])
+        self._actions: list[Any] = [None] * num_envs
+        self._contexts: list[dict[str, float]] = [{} for _ in range(num_envs)]
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._pending: list[int] = []
+        self._stepping: set[int] = set()
+        self._ready: deque[TimeStep] = deque()
+        try:
+            self._await_ready(workers)
+            self._observations[:] = self.arrays["observations"]
+            self._pending = list(range(num_envs))
+            self._flush(force=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, workers: int) -> None:
+        started = 0
+        while started < workers:
+            started += sum(1 for kind, _ in self._receive_messages(timeout=START_TIMEOUT_S) if kind == "ready")
+
+    def _receive_messages(self, timeout: float | None = None) -> list[tuple[str, Any]]:
+        """Block until at least one worker speaks (or dies); return what they said."""
+        sentinels = {process.sentinel: index for index, process in enumerate(self._processes)}
+        readable = wait(self._connections + list(sentinels), timeout)
+        if not readable:
+            raise EnvRunnerError(f"no environment worker answered within {timeout:.0f} s")
+        messages = []
+        for item in readable:
+            if item in sentinels:
+                if self._connections[sentinels[item]].poll():
+                    continue  # read its last words first
+                self._worker_died(sentinels[item])
+            index = self._connections.index(item)
+            try:
+                kind, payload, *rest = item.recv()
+            except (EOFError, OSError):
+                self._worker_died(index)
+            if kind == "error":
+                raise EnvRunnerError(f"environment {payload} failed in its worker process: {rest[0].splitlines()[0]}")
+            messages.append((kind, payload))
+        return messages
+
+    def _worker_died(self, index: int) -> None:
+        envs = sorted(e for e, w in self._worker_of.items() if w == index)
+        self._processes[index].join(timeout=1)
+        raise EnvRunnerError(
+            f"worker process of environments {envs} died (exit code {self._processes[index].exitcode})"
+        )
+
+    def _collect(self) -> None:
+        for kind, env_ids in self._receive_messages():
+            if kind != "stepped":
+                continue
+            arrays = self.arrays
+            for env_id in env_ids:
+                reward = float(arrays["rewards"][env_id])
+                terminated = bool(arrays["terminated"][env_id])
+                truncated = bool(arrays["truncated"][env_id])
+                self._lengths[env_id] += 1
+                self._returns[env_id] += reward
+                self._ready.append(
+                    TimeStep(
+                        env_id=env_id,
+                        observation=self._observations[env_id].copy(),
+                        next_observation=arrays["final_observations"][env_id].copy(),
+                        action=self._actions[env_id],
+                        reward=reward,
+                        terminated=terminated,
+                        truncated=truncated,
+                        episode_length=int(self._lengths[env_id]),
+                        episode_return=float(self._returns[env_id]),
+                        context=self._contexts[env_id],
+                    )
+                )
+                if terminated or truncated:
+                    self._lengths[env_id] = 0
+                    self._returns[env_id] = 0.0
+                self._observations[env_id] = arrays["observations"][env_id]
+                self._stepping.discard(env_id)
+        self._flush()
+
+    def _flush(self, force: bool = False) -> None:
+        """Answer pending requests in batches of `autobatch_size` while the rule allows (or all, if forced)."""
+        while self._pending:
+            active = len(self._pending) + len(self._stepping)
+            if not force and len(self._pending) < min(active, self.autobatch_size):
+                return
+            group, self._pending = self._pending[: self.autobatch_size], self._pending[self.autobatch_size :]
+            with torch.no_grad():
+                output = self.policy.act(torch.as_tensor(self._observations[group], device=self.device), False)
+            actions = output.actions.cpu().numpy()
+            self.arrays["actions"][group] = actions
+            by_worker: dict[int, list[int]] = {}
+            for env_id, action in zip(group, actions):
+                self._actions[env_id] = action
+                self._contexts[env_id] = output.context
+                by_worker.setdefault(self._worker_of[env_id], []).append(env_id)
+            for worker, env_ids in by_worker.items():
+                self._connections[worker].send(env_ids)
+            self._stepping.update(group)
+
+    def run_steps(self, count: int) -> list[TimeStep]:
+        timesteps: list[TimeStep] = []
+        while len(timesteps) < count:
+            if not self._ready:
+                self._collect()
+                continue
+            timestep = self._ready.popleft()
+            timesteps.append(timestep)
+            self._pending.append(timestep.env_id)
+            self._flush()
+        self._flush(force=True)
+        return timesteps
+
+    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+        return whole_episodes(self, count)
+
+    def update_policy(self, state: PolicyState) -> None:
+        self._flush(force=True)
+        self.policy.update(state)
+
+    def policy_state(self) -> PolicyState:
+        return self.policy.state()
+
+    def close(self) -> None:
+        for connection in self._connections:
+            try:
+                connection.send(None)
+            except OSError:
+                pass
+        for process in self._processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+        for connection in self._connections:
+            connection.close()
+        self._connections = []
+        self._processes = []
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self._processes if p.pid is not None]

@@ -1,0 +1,61 @@
+"""Environments for tests; importing this module loads no torch (worker processes import it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class CountingEnv(gym.Env):
+    """Observation = [steps into the episode, env tag]; ends after `length` steps.
+
+    `truncate=True` ends episodes by time limit (truncated) instead of terminating.
+    """
+
+    def __init__(self, length: int = 5, tag: float = 0.0, truncate: bool = False) -> None:
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length = length
+        self.tag = tag
+        self.truncate = truncate
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.tag], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        return self._obs(), 1.0, done and not self.truncate, done and self.truncate, {}
+
+
+class FailingEnv(CountingEnv):
+    """Raises in step() once it has taken `fail_after` steps."""
+
+    def __init__(self, fail_after: int = 3) -> None:
+        super().__init__(length=100)
+        self.fail_after = fail_after
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.fail_after:
+            raise RuntimeError("simulator exploded")
+        return super().step(action)
+
+
+class SlowEnv(CountingEnv):
+    """A CountingEnv that sleeps in every step, to have time to act on a live worker."""
+
+    def step(self, action):
+        import time
+
+        time.sleep(0.01)
+        return super().step(action)

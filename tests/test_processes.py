@@ -1,0 +1,94 @@
+"""The process backend: same semantics as the others, clean shutdown, failures named."""
+
+import functools
+import os
+import signal
+import time
+
+import pytest
+
+from fake_envs import CountingEnv, FailingEnv, SlowEnv
+from helpers import StubPolicy
+from offpolicy.runners import EnvRunnerError, ProcessMultiEnvRunner
+
+
+def runner(num_envs=4, autobatch=4, workers=2, factory=functools.partial(CountingEnv, 5)):
+    return ProcessMultiEnvRunner(factory, list(range(num_envs)), StubPolicy(), autobatch, num_workers=workers)
+
+
+def alive(pids):
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split()[2] != "Z":
+                    alive.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return alive
+
+
+@pytest.mark.parametrize("num_envs, autobatch, workers", [(4, 4, 2), (5, 2, 2), (3, 1, 3)])
+def test_run_steps_keeps_every_env_one_step_ahead(num_envs, autobatch, workers):
+    with runner(num_envs, autobatch, workers) as r:
+        for count in (1, 6, 4, 11):
+            timesteps = r.run_steps(count)
+            assert len(timesteps) == count
+            in_flight = [t.env_id for t in r._ready] + list(r._stepping)
+            assert sorted(in_flight) == list(range(num_envs)) and not r._pending
+
+
+def test_timesteps_follow_each_env_and_keep_final_observation():
+    with runner(3, 3, 2, functools.partial(CountingEnv, 3, 0.0, True)) as r:
+        timesteps = r.run_steps(30)
+    for env_id in range(3):
+        own = [t for t in timesteps if t.env_id == env_id]
+        assert len(own) >= 5
+        for previous, current in zip(own, own[1:]):
+            if previous.done:
+                assert previous.next_observation[0] == 3.0 and previous.truncated and not previous.terminated
+                assert current.episode_length == 1 and current.observation[0] == 0.0
+            else:
+                assert current.episode_length == previous.episode_length + 1
+                assert (current.observation == previous.next_observation).all()
+
+
+def test_whole_episodes():
+    with runner(2, 2, 2, functools.partial(CountingEnv, 4)) as r:
+        r.run_steps(3)
+        episodes = r.run_episodes(4)
+    assert [[t.episode_length for t in e] for e in episodes] == [[1, 2, 3, 4]] * 4
+
+
+def test_env_error_names_the_env_and_leaves_no_worker():
+    r = runner(2, 2, 2, functools.partial(FailingEnv, 3))
+    pids = r.worker_pids
+    with pytest.raises(EnvRunnerError, match=r"environment \d failed in its worker process: RuntimeError\('simulator exploded'\)"):
+        r.run_steps(50)
+    r.close()
+    assert alive(pids) == []
+
+
+def test_killed_worker_is_reported():
+    r = runner(2, 2, 2, functools.partial(SlowEnv, 1000))
+    pids = r.worker_pids
+    r.run_steps(2)
+    os.kill(pids[0], signal.SIGKILL)
+    with pytest.raises(EnvRunnerError, match=r"worker process of environments \[0\] died \(exit code -9\)"):
+        for _ in range(100):
+            r.run_steps(2)
+    r.close()
+    assert alive(pids) == []
+
+
+def test_close_stops_every_worker():
+    r = runner(4, 4, 2)
+    pids = r.worker_pids
+    assert len(alive(pids)) == 2
+    r.run_steps(5)
+    r.close()
+    deadline = time.time() + 5
+    while alive(pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert alive(pids) == []
