@@ -102,6 +102,7 @@ class DQNPolicy(Policy):
         self.device = next(q_network.parameters()).device
         self.env_steps = 0
         self._rng = np.random.default_rng(seed)
+        self._fast = FastMLP(q_network) if supports(q_network) else None
 
     def exploration_rate(self) -> float:
         c = self.config
@@ -110,18 +111,27 @@ class DQNPolicy(Policy):
         )
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.q_network(observations.to(torch.float32).flatten(1))
+        inputs = observations.to(torch.float32).flatten(1)
+        if self._fast is not None and not torch.is_grad_enabled():
+            return self._fast.predict(inputs)
+        return self.q_network(inputs)
 
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
-        greedy = self.forward(observations).argmax(dim=1)
+        with torch.no_grad():
+            greedy = self.forward(observations).argmax(dim=1)
         if deterministic:
             return PolicyOutput(greedy, {})
         epsilon = self.exploration_rate()
         count = len(greedy)
         self.env_steps += count
-        explore = torch.from_numpy(self._rng.random(count) < epsilon).to(self.device)
-        random_actions = torch.from_numpy(self._rng.integers(self.num_actions, size=count)).to(self.device)
-        return PolicyOutput(torch.where(explore, random_actions, greedy), {"exploration_rate": epsilon})
+        explore = self._rng.random(count) < epsilon
+        random_actions = (self._rng.random(count) * self.num_actions).astype(np.int64)
+        if self.device.type == "cpu":
+            actions = torch.from_numpy(np.where(explore, random_actions, greedy.numpy()))
+        else:
+            explore_t = torch.from_numpy(explore).to(self.device)
+            actions = torch.where(explore_t, torch.from_numpy(random_actions).to(self.device), greedy)
+        return PolicyOutput(actions, {"exploration_rate": epsilon})
 
     def state(self) -> PolicyState:
         return {name: tensor.detach().clone() for name, tensor in self.q_network.state_dict().items()}

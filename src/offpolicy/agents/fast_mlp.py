@@ -31,6 +31,16 @@ class FastMLP:
             raise ValueError("FastMLP covers Sequential(Linear, ReLU, ..., Linear) networks only")
         self.linears: list[nn.Linear] = [layer for layer in network if isinstance(layer, nn.Linear)]
 
+    def predict(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The output alone (inference; call under `torch.no_grad()`)."""
+        hidden = inputs
+        last = len(self.linears) - 1
+        for index, linear in enumerate(self.linears):
+            hidden = torch.addmm(linear.bias, hidden, linear.weight.t())
+            if index < last:
+                hidden = hidden.relu_()
+        return hidden
+
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The output, and the input of every linear layer (what the backward pass needs)."""
         layer_inputs = [inputs]

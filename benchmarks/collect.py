@@ -1,0 +1,125 @@
+"""collect: collection throughput of each backend against Gymnasium's vector envs, in one run.
+
+For CartPole-v1 and a deliberately CPU-heavy variant (each step also spends about 0.2 ms
+computing, holding the GIL like a simulator written in Python), and num_envs 1, 4, 8, 16
+with autobatch sizes 1, num_envs/2 and num_envs, this measures environment steps per second
+of our runners (`inprocess`, `threads`, `processes`) acting with a fixed MLP policy
+(4-64-64-2, epsilon-greedy, no training), and of Gymnasium's `SyncVectorEnv` and
+`AsyncVectorEnv` stepping random actions (the raw limit, no policy at all). Each figure is
+the median of --repeats windows; systems alternate within each configuration.
+
+    python benchmarks/collect.py [--seconds 0.6] [--repeats 3] [--envs CartPole-v1 heavy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+
+HEAVY_STEP_S = 0.0002
+
+
+class BusyStep(gym.Wrapper):
+    """CartPole whose every step also burns about 0.2 ms of CPU (the `heavy` env)."""
+
+    def step(self, action):
+        deadline = time.perf_counter() + HEAVY_STEP_S
+        while time.perf_counter() < deadline:
+            pass
+        return self.env.step(action)
+
+
+def make_heavy() -> gym.Env:
+    return BusyStep(gym.make("CartPole-v1"))
+
+
+def make_cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+FACTORIES = {"CartPole-v1": make_cartpole, "heavy": make_heavy}
+
+
+def measure(step_chunk, chunk: int, seconds: float) -> float:
+    """Steps per second of `step_chunk()` (which takes `chunk` steps) over about `seconds`."""
+    step_chunk()  # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step_chunk()
+        steps += chunk
+    return steps / (time.perf_counter() - start)
+
+
+def ours(backend: str, env: str, num_envs: int, autobatch: int, seconds: float) -> float:
+    import torch
+
+    from offpolicy.agents import DQNConfig, DQNLearner
+    from offpolicy.runners import make_collection_runner
+
+    torch.set_num_threads(1)
+    probe = FACTORIES[env]()
+    learner = DQNLearner(probe.observation_space, probe.action_space, DQNConfig(hidden=64))
+    runner = make_collection_runner(backend, FACTORIES[env], list(range(num_envs)), learner.policy(), autobatch)
+    try:
+        return measure(lambda: runner.run_steps(num_envs), num_envs, seconds)
+    finally:
+        runner.close()
+
+
+def vector(kind: str, env: str, num_envs: int, seconds: float) -> float:
+    cls = gym.vector.SyncVectorEnv if kind == "sync" else gym.vector.AsyncVectorEnv
+    envs = cls([FACTORIES[env]] * num_envs)
+    envs.reset(seed=0)
+    try:
+        return measure(lambda: envs.step(envs.action_space.sample()), num_envs, seconds)
+    finally:
+        envs.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.6)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--envs", nargs="+", default=list(FACTORIES), choices=list(FACTORIES))
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--backends", nargs="+", default=["inprocess", "threads", "processes"])
+    args = parser.parse_args()
+
+    print(f"{'env':<12}{'envs':>5}{'batch':>6}  {'system':<22}{'steps/s':>10}{'vs sync random':>16}")
+    summary = {}
+    for env in args.envs:
+        for num_envs in args.num_envs:
+            systems = {"gym sync, random": lambda: vector("sync", env, num_envs, args.seconds),
+                       "gym async, random": lambda: vector("async", env, num_envs, args.seconds)}
+            for backend in args.backends:
+                for autobatch in sorted({1, max(1, num_envs // 2), num_envs}):
+                    systems[f"{backend}, batch {autobatch}"] = (
+                        lambda b=backend, a=autobatch: ours(b, env, num_envs, a, args.seconds)
+                    )
+            rates: dict[str, list[float]] = {name: [] for name in systems}
+            for _ in range(args.repeats):
+                for name, run in systems.items():
+                    rates[name].append(run())
+            base = statistics.median(rates["gym sync, random"])
+            for name, values in rates.items():
+                rate = statistics.median(values)
+                summary[(env, num_envs, name)] = rate
+                batch = name.split("batch ")[1] if "batch" in name else "-"
+                print(f"{env:<12}{num_envs:>5}{batch:>6}  {name.split(',')[0]:<22}{rate:>10,.0f}{rate / base:>16.2f}",
+                      flush=True)
+
+    print("\nTargets (2 cores):")
+    if ("CartPole-v1", 8, "inprocess, batch 8") in summary:
+        ratio = summary[("CartPole-v1", 8, "inprocess, batch 8")] / summary[("CartPole-v1", 8, "gym sync, random")]
+        print(f"  CartPole x8: inprocess (MLP policy) / SyncVectorEnv (random actions) = {ratio:.2f}  (target >= 0.5)")
+    if ("heavy", 8, "processes, batch 8") in summary:
+        ratio = summary[("heavy", 8, "processes, batch 8")] / summary[("heavy", 8, "inprocess, batch 8")]
+        print(f"  heavy x8: processes / inprocess = {ratio:.2f}  (target >= 1.7)")
+
+
+if __name__ == "__main__":
+    main()
