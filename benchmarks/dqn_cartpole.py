@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
+
+from _common import run_alternating
 
 NUM_STEPS = 40_000
 NUM_ENVS = 8
@@ -191,10 +191,51 @@ def run_reference(seed: int) -> dict:
 SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3, "reference": run_reference}
 
 
+def profile_offpolicy(preset_name: str) -> None:
+    """Where one of our runs spends its time: each part timed around its own calls."""
+    import functools
+
+    import offpolicy
+    from offpolicy.agents.dqn import DQNLearner, DQNPolicy
+    from offpolicy.buffer import TransitionBuffer
+    from offpolicy.presets import preset
+    from offpolicy.runners.core import EnvSession
+
+    spent: dict[str, float] = {}
+
+    def timed(owner, method, part):
+        original = getattr(owner, method)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
+
+        setattr(owner, method, wrapper)
+
+    timed(EnvSession, "step", "env steps")
+    timed(DQNPolicy, "act", "inference")
+    timed(TransitionBuffer, "push", "replay push")
+    timed(TransitionBuffer, "sample", "replay sample")
+    timed(DQNLearner, "train", "optimisation")
+    config = offpolicy.RunConfig(**preset(preset_name))
+    start = time.perf_counter()
+    offpolicy.train(config, save=False, quiet=True)
+    total = time.perf_counter() - start
+    spent["overhead (loop, events, timesteps)"] = total - sum(spent.values())
+    print(f"\nwhere the time goes: offpolicy train --preset {preset_name} ({total:.1f} s, 1 thread)")
+    for part, seconds in spent.items():
+        print(f"  {part:<36}{seconds:7.2f} s {100 * seconds / total:5.1f} %")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--profile", action="store_true", help="also break down one of our runs by part")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -202,15 +243,7 @@ def main() -> None:
         print(json.dumps(SYSTEMS[args.one](args.seed)))
         return
 
-    results: dict[str, list[dict]] = {name: [] for name in args.systems}
-    for round_index, seed in enumerate(args.seeds):
-        order = args.systems[round_index % len(args.systems):] + args.systems[: round_index % len(args.systems)]
-        for name in order:
-            out = subprocess.run([sys.executable, __file__, "--one", name, "--seed", str(seed)],
-                                 capture_output=True, text=True, check=True)
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            results[name].append(result)
-            print(f"  seed {seed} {name:<10} {result['wall']:6.1f} s  return {result['final_return']:6.1f}", flush=True)
+    results = run_alternating(__file__, args.systems, args.seeds)
 
     print(f"\ndqn_cartpole: {NUM_STEPS:,} steps, 8 envs, seed-example config; medians over seeds {args.seeds}")
     print(f"{'system':<11}{'wall s':>8}{'env steps/s':>13}{'updates/s':>11}{'final returns':>22}{'wall / offpolicy':>18}")
@@ -226,6 +259,9 @@ def main() -> None:
             if name in results:
                 theirs = statistics.median(r["wall"] for r in results[name])
                 print(f"offpolicy / {name}: {ours / theirs:.2f}")
+    if args.profile:
+        profile_offpolicy("seed-example")
+        profile_offpolicy("dqn-cartpole")
 
 
 if __name__ == "__main__":

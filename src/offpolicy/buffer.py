@@ -45,6 +45,7 @@ class TransitionBuffer:
         self.capacity = capacity
         self.device = torch.device(device)
         self._storage: dict[str, torch.Tensor] = {}
+        self._host_views: dict[str, np.ndarray] = {}
         self._position = 0
         self._size = 0
         self._generator = torch.Generator(device=self.device)
@@ -80,8 +81,11 @@ class TransitionBuffer:
         start = self._position
         first = min(count, self.capacity - start)
         for name, array in arrays.items():
-            source = torch.as_tensor(np.asarray(array)).to(self.device, self._storage[name].dtype)
-            target = self._storage[name]
+            if self._host_views:  # CPU storage: NumPy writes into the tensors' memory, no torch op per field
+                target, source = self._host_views[name], np.asarray(array)
+            else:
+                target = self._storage[name]
+                source = torch.as_tensor(np.asarray(array)).to(self.device, target.dtype)
             target[start : start + first] = source[:first]
             if first < count:
                 target[: count - first] = source[first:]
@@ -103,6 +107,8 @@ class TransitionBuffer:
             self._storage[name] = torch.zeros(
                 (self.capacity, *array.shape[1:]), dtype=_storage_dtype(array), device=self.device
             )
+        if self.device.type == "cpu":
+            self._host_views = {name: tensor.numpy() for name, tensor in self._storage.items()}
 
     @property
     def nbytes(self) -> int:

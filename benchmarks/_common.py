@@ -1,0 +1,24 @@
+"""Shared by the benchmarks: run each system in a fresh process, alternating, and collect JSON results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run_alternating(script: str, systems: list[str], seeds: list[int]) -> dict[str, list[dict]]:
+    """Run `script --one SYSTEM --seed SEED` for every pair, rotating the order each seed."""
+    results: dict[str, list[dict]] = {name: [] for name in systems}
+    for round_index, seed in enumerate(seeds):
+        shift = round_index % len(systems)
+        for name in systems[shift:] + systems[:shift]:
+            out = subprocess.run([sys.executable, script, "--one", name, "--seed", str(seed)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"{name} seed {seed} failed:\n{out.stderr}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            results[name].append(result)
+            shown = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+            print(f"  seed {seed} {name:<10} {shown}", flush=True)
+    return results
