@@ -27,6 +27,9 @@ def run(*args, timeout=120):
         (["train", "sarsa"], "unknown agent 'sarsa'"),
         (["train", "dqn", "Pendulum-v1"], "DQN needs a Discrete action space, got Box"),
         (["train", "--preset", "nope"], "unknown preset 'nope'"),
+        (["train", "sac", "CartPole-v1"], "SAC needs a bounded Box action space, got Discrete(2)"),
+        (["train", "td3", "CartPole-v1"], "TD3 needs a bounded Box action space, got Discrete(2)"),
+        (["train", "dqn", "CartPole-v1", "--policy-delay", "3"], "--policy-delay does not apply to agent dqn"),
         (["train", "--backend", "gpu"], "backend must be one of"),
         (["train", "--resume", "/nonexistent/run"], "not a run directory"),
     ],
@@ -50,7 +53,22 @@ def test_help_documents_every_field_with_default():
 
 def test_presets_are_listed():
     out = run("presets").stdout
-    assert "dqn-cartpole" in out and "seed-example" in out
+    for name in ("dqn-cartpole", "seed-example", "sac-pendulum", "td3-pendulum", "dqn-lunarlander",
+                 "sac-lunarlander", "sac-halfcheetah", "sac-hopper"):
+        assert name in out
+
+
+def test_missing_extra_is_named(tmp_path):
+    pytest.importorskip("gymnasium")
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("box2d is installed here")
+    except ImportError:
+        pass
+    result = run("train", "dqn", "LunarLander-v3", "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "pip install 'offpolicy[box2d]'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):

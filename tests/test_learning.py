@@ -25,3 +25,12 @@ def test_default_dqn_solves_cartpole():
     """The bare `offpolicy train` settings reach a mean evaluation return of 475 (of 500)."""
     result = train_until(RunConfig(**preset("dqn-cartpole")), 475)
     assert result.stats.best_eval_return >= 475, f"best evaluation return {result.stats.best_eval_return}"
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+def test_continuous_agents_learn_pendulum(agent):
+    """SAC and TD3 with their Pendulum presets reach a mean evaluation return of -250 within 15,000 steps."""
+    values = preset(f"{agent}-pendulum")
+    values["num_steps"] = 15_000
+    result = train_until(RunConfig(**values), -250)
+    assert result.stats.best_eval_return >= -250, f"best evaluation return {result.stats.best_eval_return}"

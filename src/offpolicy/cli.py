@@ -22,6 +22,7 @@ from offpolicy.agents import AGENTS
 from offpolicy.checkpoint import CheckpointError
 from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
 from offpolicy.envs import EnvError
+from offpolicy.events import TrainingStarted
 from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, default_preset, preset
 from offpolicy.runners import EnvRunnerError
 
@@ -87,10 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     strategy_names = [f.name for f in dataclasses.fields(OffPolicyConfig)]
     _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig, strategy_names,
                 {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]})
+    seen: set[str] = set()
     for agent, spec in AGENTS.items():
-        names = [f.name for f in dataclasses.fields(spec.config_class)]
+        names = [f.name for f in dataclasses.fields(spec.config_class) if f.name not in seen]
+        seen.update(names)
+        shared = [n for n in names if all(
+            any(f.name == n for f in dataclasses.fields(other.config_class)) for other in AGENTS.values())]
+        own = [n for n in names if n not in shared]
+        if shared:
+            defaults = {**dataclasses.asdict(spec.config_class()), **base["hyperparameters"]}
+            _add_fields(train.add_argument_group("hyperparameters of every agent (defaults: dqn's)"),
+                        spec.config_class, shared, defaults)
         defaults = {**dataclasses.asdict(spec.config_class()), **(base["hyperparameters"] if agent == base["agent"] else {})}
-        _add_fields(train.add_argument_group(f"{agent} hyperparameters"), spec.config_class, names, defaults)
+        _add_fields(train.add_argument_group(f"{agent} hyperparameters"), spec.config_class, own, defaults)
 
     commands.add_parser("presets", help="list the named presets")
     return parser
@@ -135,6 +145,18 @@ def _changed_options(args: argparse.Namespace) -> list[str]:
     return [_option(n) for n in names if getattr(args, n, None) is not None]
 
 
+def announce(run_dir: Path):
+    """Print the run directory once everything is validated and training starts."""
+
+    def on_event(event, stats) -> None:
+        if isinstance(event, TrainingStarted):
+            action = "Resuming" if event.start_step else "Run directory:"
+            at = f" at step {event.start_step:,}" if event.start_step else ""
+            print(f"{action} {run_dir}{at}", flush=True)
+
+    return on_event
+
+
 def command_train(args: argparse.Namespace) -> int:
     from offpolicy.training import load_run_config, train
 
@@ -150,15 +172,13 @@ def command_train(args: argparse.Namespace) -> int:
         config = load_run_config(args.resume)
         if args.num_steps is not None:
             config = dataclasses.replace(config, num_steps=args.num_steps)
-        print(f"Resuming {args.resume} from its latest checkpoint")
-        result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet)
+        result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet, callbacks=[announce(args.resume)])
     else:
         config = resolve_config(args)
         from offpolicy.training import new_run_dir
 
         run_dir = args.run_dir or new_run_dir(config)
-        print(f"Run directory: {run_dir}")
-        result = train(config, run_dir=run_dir, quiet=args.quiet)
+        result = train(config, run_dir=run_dir, quiet=args.quiet, callbacks=[announce(run_dir)])
 
     stats = result.stats
     best = "-" if stats.best_eval_return is None else f"{stats.best_eval_return:.1f} at step {stats.best_eval_step:,}"
@@ -175,8 +195,10 @@ def command_train(args: argparse.Namespace) -> int:
 
 
 def command_presets(args: argparse.Namespace) -> int:
+    width = max(len(name) for name in PRESETS) + 2
+    env_width = max(len(values["env"]) for values in PRESETS.values()) + 2
     for name, values in PRESETS.items():
-        print(f"{name:<14} {values['agent']:<5} {values['env']:<14} {PRESET_DESCRIPTIONS.get(name, '')}")
+        print(f"{name:<{width}}{values['agent']:<5}{values['env']:<{env_width}}{PRESET_DESCRIPTIONS.get(name, '')}")
     return 0
 
 

@@ -31,11 +31,24 @@ class GymEnvFactory:
     def __call__(self) -> gym.Env:
         try:
             return gym.make(self.env_id, **self.kwargs)
+        except gym.error.DependencyNotInstalled as error:
+            extra = missing_extra(self.env_id)
+            hint = f"install it with: pip install 'offpolicy[{extra}]'" if extra else str(error)
+            raise EnvError(f"environment {self.env_id!r} needs a package that is missing; {hint}") from error
         except gym.error.Error as error:
             raise EnvError(f"cannot make environment {self.env_id!r}: {error}") from error
 
     def __str__(self) -> str:
         return self.env_id
+
+
+def missing_extra(env_id: str) -> str | None:
+    """Which optional extra of ours brings what `env_id` needs (box2d, mujoco), if any."""
+    entry_point = str(gym.registry[env_id].entry_point) if env_id in gym.registry else ""
+    for extra in ("box2d", "mujoco"):
+        if extra in entry_point:
+            return extra
+    return None
 
 
 def make_env_factory(env: EnvSpec) -> EnvFactory:

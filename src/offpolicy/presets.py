@@ -29,6 +29,16 @@ SEED_EXAMPLE: dict[str, Any] = {
     "hyperparameters": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "hidden": 64, "layers": 3},
 }
 
+_ONE_ENV_EVERY_STEP = {
+    "num_envs": 1,
+    "autobatch_size": 1,
+    "train_interval": 1,
+    "train_steps": 1,
+    "eval_interval": 2_000,
+    "eval_episodes": 5,
+}
+"""One env and one update per step: Stable-Baselines3's defaults for SAC and TD3."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dqn-cartpole": {
         "agent": "dqn",
@@ -56,6 +66,53 @@ PRESETS: dict[str, dict[str, Any]] = {
             "exploration_decay": 2_500.0,
         },
     },
+    "sac-pendulum": {
+        "agent": "sac",
+        "env": "Pendulum-v1",
+        "num_steps": 20_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256, warmup_steps=100),
+        "hyperparameters": {"lr": 1e-3},
+    },
+    "td3-pendulum": {
+        "agent": "td3",
+        "env": "Pendulum-v1",
+        "num_steps": 20_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=200_000, train_batch_size=256, warmup_steps=100),
+        "hyperparameters": {"lr": 1e-3, "gamma": 0.98},
+    },
+    "dqn-lunarlander": {
+        "agent": "dqn",
+        "env": "LunarLander-v3",
+        "num_steps": 100_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, train_interval=4, train_steps=1, replay_buffer_size=50_000,
+                         train_batch_size=128, eval_interval=10_000),
+        "hyperparameters": {"lr": 6.3e-4, "hidden": 256, "tau": 0.01, "exploration_end": 0.1,
+                            "exploration_decay": 4_000.0},
+    },
+    "sac-lunarlander": {
+        "agent": "sac",
+        "env": "LunarLanderContinuous-v3",
+        "num_steps": 500_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                         warmup_steps=10_000, eval_interval=10_000),
+        "hyperparameters": {"lr": 7.3e-4, "tau": 0.01},
+    },
+    "sac-halfcheetah": {
+        "agent": "sac",
+        "env": "HalfCheetah-v5",
+        "num_steps": 1_000_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                         warmup_steps=10_000, eval_interval=10_000),
+        "hyperparameters": {},
+    },
+    "sac-hopper": {
+        "agent": "sac",
+        "env": "Hopper-v5",
+        "num_steps": 1_000_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                         warmup_steps=10_000, eval_interval=10_000),
+        "hyperparameters": {},
+    },
     "seed-example": SEED_EXAMPLE,
 }
 """`dqn-cartpole` is what a bare `offpolicy train` runs; `seed-example` is the seed framework's
@@ -64,6 +121,12 @@ example configuration, kept verbatim because the benchmarks compare against it."
 PRESET_DESCRIPTIONS = {
     "dqn-cartpole": "DQN on CartPole-v1, tuned to reach a return of 475+ within 40k steps (the default)",
     "seed-example": "the seed framework's example DQN config on CartPole-v1 (benchmarks use it)",
+    "sac-pendulum": "SAC on Pendulum-v1 (RL-Zoo settings: SB3 defaults, lr 1e-3)",
+    "td3-pendulum": "TD3 on Pendulum-v1 (RL-Zoo settings: lr 1e-3, gamma 0.98)",
+    "dqn-lunarlander": "DQN on LunarLander-v3 (RL-Zoo settings; needs the box2d extra; not yet verified here)",
+    "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings; box2d extra; not yet verified here)",
+    "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
+    "sac-hopper": "SAC on Hopper-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
 }
 
 

@@ -9,6 +9,8 @@ import gymnasium as gym
 import torch
 
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
+from offpolicy.agents.sac import SACConfig, SACLearner, SACPolicy
+from offpolicy.agents.td3 import TD3Config, TD3Learner, TD3Policy
 from offpolicy.config import ConfigError, from_dict
 from offpolicy.policy import PolicyLearner
 
@@ -23,6 +25,8 @@ class AgentSpec:
 
 AGENTS: dict[str, AgentSpec] = {
     "dqn": AgentSpec(DQNConfig, DQNLearner),
+    "sac": AgentSpec(SACConfig, SACLearner),
+    "td3": AgentSpec(TD3Config, TD3Learner),
 }
 
 
@@ -47,4 +51,18 @@ def make_learner(
     return spec.learner_class(observation_space, action_space, config, device=device, seed=seed)
 
 
-__all__ = ["AGENTS", "AgentSpec", "DQNConfig", "DQNLearner", "DQNPolicy", "agent_spec", "make_learner"]
+__all__ = [
+    "AGENTS",
+    "AgentSpec",
+    "DQNConfig",
+    "DQNLearner",
+    "DQNPolicy",
+    "SACConfig",
+    "SACLearner",
+    "SACPolicy",
+    "TD3Config",
+    "TD3Learner",
+    "TD3Policy",
+    "agent_spec",
+    "make_learner",
+]

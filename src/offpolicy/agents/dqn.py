@@ -137,7 +137,10 @@ class DQNPolicy(Policy):
         return {name: tensor.detach().clone() for name, tensor in self.q_network.state_dict().items()}
 
     def update(self, state: PolicyState) -> None:
-        self.q_network.load_state_dict(state)
+        """Adopt the snapshot's tensors as they are when they already live on our device
+        (`state()` made them private copies), so a hand-over copies the parameters once."""
+        same_device = all(tensor.device == self.device for tensor in state.values())
+        self.q_network.load_state_dict(state, assign=same_device)
 
     def to(self, device: torch.device | str) -> "DQNPolicy":
         self.q_network.to(device)

@@ -1,0 +1,217 @@
+"""SAC: a squashed-Gaussian actor, twin critics with soft-updated targets, automatic entropy tuning.
+
+One update (`SACLearner.train`), as in the paper and Stable-Baselines3:
+1. entropy: alpha <- minimise -log_alpha * (log pi(a|s) + target_entropy), target = -action dims;
+2. critics: y = r + gamma * (1 - terminated) * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'));
+   loss = 1/2 * sum_i mean (Q_i(s, a) - y)^2;
+3. actor: loss = mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a ~ pi(.|s) reparameterised;
+4. targets: Q_target <- (1 - tau) Q_target + tau Q.
+Actions are tanh-squashed to [-1, 1] and scaled to the env's bounds; the deterministic
+action is tanh(mean).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import gymnasium as gym
+import torch
+from torch.nn import functional as F
+
+from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
+from offpolicy.agents.dqn import mlp
+from offpolicy.buffer import TransitionBatch
+from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass
+class SACConfig:
+    """SAC hyperparameters; each is also a `offpolicy train sac` option."""
+
+    lr: float = 3e-4
+    """Adam learning rate (actor, critics and entropy coefficient)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Soft target update rate per optimisation step."""
+    hidden: int = 256
+    """Width of each hidden layer (actor and critics)."""
+    layers: int = 3
+    """Linear layers in the actor and in each critic (2 or more)."""
+    entropy_coef: float = 0.0
+    """Fixed entropy coefficient alpha; 0 tunes it automatically towards entropy -action dims."""
+    initial_entropy_coef: float = 1.0
+    """Starting alpha when tuned automatically."""
+
+    def validate(self) -> None:
+        from offpolicy.config import ConfigError
+
+        for name in ("lr", "tau", "initial_entropy_coef"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"gamma must be between 0 and 1, got {self.gamma}")
+        if self.tau > 1:
+            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
+        if self.hidden < 1 or self.layers < 2:
+            raise ConfigError(f"hidden must be at least 1 and layers at least 2, got {self.hidden}, {self.layers}")
+        if self.entropy_coef < 0:
+            raise ConfigError(f"entropy_coef must be 0 (automatic) or positive, got {self.entropy_coef}")
+
+
+def squashed_sample(actor: torch.nn.Module, observations: torch.Tensor, generator: torch.Generator | None):
+    """A reparameterised action in [-1, 1] and its log-probability (with the tanh correction)."""
+    mean, log_std = actor(observations).chunk(2, dim=-1)
+    log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+    pre_tanh = mean + log_std.exp() * noise
+    # log N(u) - log(1 - tanh(u)^2), the second term written stably as 2 (log 2 - u - softplus(-2u))
+    log_prob = (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI).sum(-1)
+    log_prob = log_prob - (2 * (math.log(2) - pre_tanh - F.softplus(-2 * pre_tanh))).sum(-1)
+    return torch.tanh(pre_tanh), log_prob
+
+
+class SACPolicy(Policy):
+    """Samples from the squashed Gaussian; deterministic actions are tanh(mean)."""
+
+    def __init__(self, actor: torch.nn.Module, scale: ActionScale, seed: int) -> None:
+        self.actor = actor
+        self.scale = scale
+        self.device = next(actor.parameters()).device
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(seed)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.actor(observations.to(torch.float32).flatten(1))
+
+    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        with torch.no_grad():
+            inputs = observations.to(torch.float32).flatten(1)
+            if deterministic:
+                unit = torch.tanh(self.actor(inputs).chunk(2, dim=-1)[0])
+            else:
+                unit, _ = squashed_sample(self.actor, inputs, self._generator)
+            return PolicyOutput(self.scale.to_env(unit), {})
+
+    def state(self) -> PolicyState:
+        return {name: tensor.detach().clone() for name, tensor in self.actor.state_dict().items()}
+
+    def update(self, state: PolicyState) -> None:
+        same_device = all(tensor.device == self.device for tensor in state.values())
+        self.actor.load_state_dict(state, assign=same_device)
+
+    def to(self, device: torch.device | str) -> "SACPolicy":
+        self.actor.to(device)
+        self.scale.to(device)
+        if torch.device(device) != self.device:
+            self.device = torch.device(device)
+            seed = int(torch.randint(2**62, (1,), generator=self._generator))
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(seed)
+        return self
+
+
+class SACLearner(PolicyLearner):
+    """Trains actor, twin critics and (by default) the entropy coefficient."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: SACConfig | None = None,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.config = c = config or SACConfig()
+        c.validate()
+        observation_size, action_size = check_box_spaces("SAC", observation_space, action_space)
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.scale = ActionScale(action_space).to(self.device)
+        self.actor = mlp(observation_size, 2 * action_size, c.hidden, c.layers).to(self.device)
+        self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = adam(self.actor.parameters(), c.lr, self.device)
+        self.critic_optimizer = adam(self.critic.parameters(), c.lr, self.device)
+        self.auto_entropy = c.entropy_coef == 0
+        start = c.initial_entropy_coef if self.auto_entropy else c.entropy_coef
+        self.log_alpha = torch.tensor(math.log(start), device=self.device, requires_grad=self.auto_entropy)
+        self.alpha_optimizer = adam([self.log_alpha], c.lr, self.device) if self.auto_entropy else None
+        self.target_entropy = -float(action_size)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(seed + 1)
+        self._policy = SACPolicy(self.actor, self.scale, seed)
+        self.updates = 0
+
+    def train(self, batch: TransitionBatch) -> TrainOutput:
+        c = self.config
+        observations = batch.observations.flatten(1).to(torch.float32)
+        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        actions = self.scale.to_unit(batch.actions)
+
+        policy_actions, log_prob = squashed_sample(self.actor, observations, self._generator)
+        if self.alpha_optimizer is not None:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+        alpha = self.log_alpha.detach().exp()
+
+        with torch.no_grad():
+            next_actions, next_log_prob = squashed_sample(self.actor, next_observations, self._generator)
+            next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
+            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (next_q - alpha * next_log_prob)
+        q_values = self.critic(observations, actions)
+        critic_loss = 0.5 * (q_values - target).pow(2).mean(dim=1).sum()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        actor_loss = (alpha * log_prob - self.critic(observations, policy_actions).min(dim=0).values).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+
+        soft_update(self.target_critic, self.critic, c.tau)
+        self.updates += 1
+        return {
+            "loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "entropy_coef": alpha,
+            "q_values": q_values.detach().mean(),
+        }
+
+    def policy(self) -> SACPolicy:
+        return self._policy
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict() if self.alpha_optimizer else None,
+            "generator": self._generator.get_state(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        if self.alpha_optimizer is not None and state["alpha_optimizer"] is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self._generator.set_state(state["generator"])
+        self.updates = int(state["updates"])

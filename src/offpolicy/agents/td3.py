@@ -1,0 +1,185 @@
+"""TD3: a deterministic actor, twin critics, delayed actor updates, target policy smoothing.
+
+One update (`TD3Learner.train`), as in the paper and Stable-Baselines3:
+1. critics: a' = clip(actor_target(s') + clip(N(0, target_noise), +-noise_clip), -1, 1);
+   y = r + gamma * (1 - terminated) * min_i Q_target_i(s', a'); loss = sum_i mean (Q_i(s, a) - y)^2;
+2. every `policy_delay` updates: actor loss = -mean Q_1(s, actor(s)), then both targets move by tau.
+Acting adds N(0, exploration_noise) to tanh(actor(s)) in [-1, 1] before scaling to the env's
+bounds; the deterministic action has no noise.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
+from offpolicy.agents.dqn import mlp
+from offpolicy.buffer import TransitionBatch
+from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+
+
+@dataclass
+class TD3Config:
+    """TD3 hyperparameters; each is also a `offpolicy train td3` option."""
+
+    lr: float = 1e-3
+    """Adam learning rate (actor and critics)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Soft target update rate, applied at each delayed actor update."""
+    hidden: int = 256
+    """Width of each hidden layer (actor and critics)."""
+    layers: int = 3
+    """Linear layers in the actor and in each critic (2 or more)."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to actions while collecting, in units of half the action range."""
+    target_noise: float = 0.2
+    """Std of the target policy smoothing noise, in the same units."""
+    target_noise_clip: float = 0.5
+    """The smoothing noise is clipped to +- this."""
+
+    def validate(self) -> None:
+        from offpolicy.config import ConfigError
+
+        for name in ("lr", "tau"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"gamma must be between 0 and 1, got {self.gamma}")
+        if self.tau > 1:
+            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
+        if self.hidden < 1 or self.layers < 2:
+            raise ConfigError(f"hidden must be at least 1 and layers at least 2, got {self.hidden}, {self.layers}")
+        if self.policy_delay < 1:
+            raise ConfigError(f"policy_delay must be at least 1, got {self.policy_delay}")
+        for name in ("exploration_noise", "target_noise", "target_noise_clip"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
+
+
+class TD3Policy(Policy):
+    """tanh(actor(s)) plus Gaussian exploration noise; no noise when deterministic."""
+
+    def __init__(self, actor: torch.nn.Module, scale: ActionScale, noise: float, seed: int) -> None:
+        self.actor = actor
+        self.scale = scale
+        self.noise = noise
+        self.device = next(actor.parameters()).device
+        self._rng = np.random.default_rng(seed)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.actor(observations.to(torch.float32).flatten(1)))
+
+    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        with torch.no_grad():
+            unit = self.forward(observations)
+            if not deterministic and self.noise > 0:
+                noise = torch.from_numpy(self._rng.normal(0.0, self.noise, unit.shape).astype(np.float32))
+                unit = (unit + noise.to(self.device)).clamp(-1.0, 1.0)
+            return PolicyOutput(self.scale.to_env(unit), {})
+
+    def state(self) -> PolicyState:
+        return {name: tensor.detach().clone() for name, tensor in self.actor.state_dict().items()}
+
+    def update(self, state: PolicyState) -> None:
+        same_device = all(tensor.device == self.device for tensor in state.values())
+        self.actor.load_state_dict(state, assign=same_device)
+
+    def to(self, device: torch.device | str) -> "TD3Policy":
+        self.actor.to(device)
+        self.scale.to(device)
+        self.device = torch.device(device)
+        return self
+
+
+class TD3Learner(PolicyLearner):
+    """Trains the twin critics every step and the actor every `policy_delay` steps."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: TD3Config | None = None,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.config = c = config or TD3Config()
+        c.validate()
+        observation_size, action_size = check_box_spaces("TD3", observation_space, action_space)
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.scale = ActionScale(action_space).to(self.device)
+        self.actor = mlp(observation_size, action_size, c.hidden, c.layers).to(self.device)
+        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = adam(self.actor.parameters(), c.lr, self.device)
+        self.critic_optimizer = adam(self.critic.parameters(), c.lr, self.device)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(seed + 1)
+        self._policy = TD3Policy(self.actor, self.scale, c.exploration_noise, seed)
+        self.updates = 0
+        self._last_actor_loss = torch.zeros((), device=self.device)
+
+    def train(self, batch: TransitionBatch) -> TrainOutput:
+        c = self.config
+        observations = batch.observations.flatten(1).to(torch.float32)
+        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        actions = self.scale.to_unit(batch.actions)
+
+        with torch.no_grad():
+            smoothing = torch.randn(actions.shape, generator=self._generator, device=self.device)
+            smoothing = (smoothing * c.target_noise).clamp(-c.target_noise_clip, c.target_noise_clip)
+            next_actions = (torch.tanh(self.target_actor(next_observations)) + smoothing).clamp(-1.0, 1.0)
+            next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
+            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+        q_values = self.critic(observations, actions)
+        critic_loss = (q_values - target).pow(2).mean(dim=1).sum()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        self.updates += 1
+        if self.updates % c.policy_delay == 0:
+            actor_loss = -self.critic(observations, torch.tanh(self.actor(observations)))[0].mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optimizer.step()
+            soft_update(self.target_critic, self.critic, c.tau)
+            soft_update(self.target_actor, self.actor, c.tau)
+            self._last_actor_loss = actor_loss.detach()
+        return {"loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_values": q_values.detach().mean()}
+
+    def policy(self) -> TD3Policy:
+        return self._policy
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "target_actor": self.target_actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "generator": self._generator.get_state(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.target_actor.load_state_dict(state["target_actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self._generator.set_state(state["generator"])
+        self.updates = int(state["updates"])

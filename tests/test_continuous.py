@@ -1,0 +1,132 @@
+"""SAC and TD3: spaces, action scaling, the maths of their updates, save and restore."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from offpolicy.agents import SACConfig, SACLearner, TD3Config, TD3Learner
+from offpolicy.agents.continuous import ActionScale, TwinCritic
+from offpolicy.agents.sac import squashed_sample
+from offpolicy.buffer import TransitionBuffer
+from offpolicy.checkpoint import load_state, save_state
+from offpolicy.config import ConfigError
+from offpolicy.envs import EnvError
+
+OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
+ACTIONS = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+LEARNERS = [(SACLearner, SACConfig), (TD3Learner, TD3Config)]
+
+
+def filled_buffer(seed=0, size=400):
+    rng = np.random.default_rng(seed)
+    buffer = TransitionBuffer(1000, seed=seed)
+    buffer.push(
+        rng.normal(size=(size, 3)).astype(np.float32),
+        rng.normal(size=(size, 3)).astype(np.float32),
+        rng.uniform(ACTIONS.low, ACTIONS.high, size=(size, 2)).astype(np.float32),
+        rng.normal(size=size).astype(np.float32),
+        rng.random(size) < 0.1,
+    )
+    return buffer
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_unsupported_spaces_are_named(learner, config):
+    name = learner.__name__[:3]
+    with pytest.raises(EnvError, match=rf"{name} needs a bounded Box action space, got Discrete"):
+        learner(OBS, gym.spaces.Discrete(3))
+    with pytest.raises(EnvError, match="finite action bounds"):
+        learner(OBS, gym.spaces.Box(-np.inf, np.inf, (2,)))
+    with pytest.raises(ConfigError, match="gamma"):
+        learner(OBS, ACTIONS, config(gamma=2.0))
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_actions_respect_bounds_and_deterministic_is_repeatable(learner, config):
+    policy = learner(OBS, ACTIONS, config(hidden=16)).policy()
+    observations = torch.randn(500, 3) * 5
+    actions = policy.act(observations, deterministic=False).actions
+    assert actions.shape == (500, 2)
+    low, high = torch.as_tensor(ACTIONS.low), torch.as_tensor(ACTIONS.high)
+    assert ((actions >= low) & (actions <= high)).all()
+    assert actions.std(0).min() > 0.01
+    first = policy.act(observations, deterministic=True).actions
+    assert torch.equal(first, policy.act(observations, deterministic=True).actions)
+
+
+def test_action_scale_round_trip():
+    scale = ActionScale(ACTIONS)
+    unit = torch.tensor([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]])
+    env = scale.to_env(unit)
+    assert torch.allclose(env, torch.tensor([[-2.0, 0.0], [0.0, 0.5], [2.0, 1.0]]))
+    assert torch.allclose(scale.to_unit(env), unit)
+
+
+def test_squashed_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    actor = torch.nn.Linear(3, 4)
+    observations = torch.randn(64, 3)
+    generator = torch.Generator().manual_seed(3)
+    actions, log_prob = squashed_sample(actor, observations, generator)
+    mean, log_std = actor(observations).chunk(2, dim=-1)
+    dist = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.clamp(-20, 2).exp()), [torch.distributions.TanhTransform()]
+    )
+    clipped = actions.clamp(-1 + 1e-6, 1 - 1e-6)
+    assert torch.allclose(log_prob, dist.log_prob(clipped).sum(-1), atol=1e-3)
+
+
+def test_twin_critic_is_two_independent_mlps():
+    critic = TwinCritic(5, 8, 3)
+    observations, actions = torch.randn(10, 3), torch.randn(10, 2)
+    q = critic(observations, actions)
+    assert q.shape == (2, 10)
+    for copy in range(2):
+        hidden = torch.cat((observations, actions), 1)
+        for index, (w, b) in enumerate(zip(critic.weights, critic.biases)):
+            hidden = hidden @ w[copy] + b[copy]
+            if index < 2:
+                hidden = hidden.relu()
+        assert torch.allclose(q[copy], hidden.squeeze(-1), atol=1e-6)
+    assert not torch.allclose(q[0], q[1])
+
+
+def test_sac_tunes_entropy_coefficient_and_reports_it():
+    learner = SACLearner(OBS, ACTIONS, SACConfig(hidden=16))
+    buffer = filled_buffer()
+    outputs = [learner.train(buffer.sample(64)) for _ in range(20)]
+    assert outputs[0]["entropy_coef"] != outputs[-1]["entropy_coef"]
+    fixed = SACLearner(OBS, ACTIONS, SACConfig(hidden=16, entropy_coef=0.2))
+    assert all(float(fixed.train(buffer.sample(64))["entropy_coef"]) == pytest.approx(0.2) for _ in range(3))
+
+
+def test_td3_updates_actor_every_policy_delay_steps():
+    learner = TD3Learner(OBS, ACTIONS, TD3Config(hidden=16, policy_delay=3))
+    buffer = filled_buffer()
+    snapshots = []
+    for _ in range(6):
+        learner.train(buffer.sample(64))
+        snapshots.append([p.clone() for p in learner.actor.parameters()])
+    changed = [not all(torch.equal(a, b) for a, b in zip(before, after))
+               for before, after in zip(snapshots, snapshots[1:])]
+    assert changed == [False, True, False, False, True]
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_saved_and_restored_learner_trains_identically(tmp_path, learner, config):
+    a = learner(OBS, ACTIONS, config(hidden=16), seed=1)
+    buffer = filled_buffer(2)
+    for _ in range(5):
+        a.train(buffer.sample(32))
+    save_state(tmp_path, "learner", a.state_dict())
+    b = learner(OBS, ACTIONS, config(hidden=16), seed=7)
+    b.load_state_dict(load_state(tmp_path, "learner"))
+    for _ in range(5):
+        batch = buffer.sample(32)
+        a.train(batch)
+        b.train(batch)
+    state_a, state_b = a.state_dict(), b.state_dict()
+    for part in ("actor", "critic", "target_critic"):
+        for name, tensor in state_a[part].items():
+            assert torch.equal(tensor, state_b[part][name]), (part, name)
