@@ -114,6 +114,9 @@ class RunStats:
 
 
 class EventSink(Protocol):
+    wants_train_steps: bool
+    """False for sinks that ignore `TrainStep` events, which then skip them (one per update)."""
+
     def on_event(self, event: Event, stats: RunStats) -> None: ...
 
 
@@ -172,12 +175,17 @@ class EventProcessor:
             if stats.best_eval_return is None or event.mean_return > stats.best_eval_return:
                 stats.best_eval_return = event.mean_return
                 stats.best_eval_step = event.step
+        is_train_step = isinstance(event, TrainStep)
         for sink in self.sinks:
+            if is_train_step and not getattr(sink, "wants_train_steps", True):
+                continue
             self.interrupter.fail_on_error(lambda: sink.on_event(event, stats))
 
 
 class MetricsLog:
     """Appends the documented JSON-lines rows to `RUN_DIR/metrics/{train,eval}.jsonl`."""
+
+    wants_train_steps = False
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -244,6 +252,8 @@ def status_line(stats: RunStats) -> str:
 class ProgressDisplay:
     """Live progress: a rich bar in a terminal, one plain line per evaluation otherwise."""
 
+    wants_train_steps = False
+
     def __init__(self, quiet: bool = False, stream: Any = None) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stdout
@@ -290,6 +300,8 @@ class ProgressDisplay:
 
 class CallbackSink:
     """Hands every event to a user function `callback(event, stats)`."""
+
+    wants_train_steps = True
 
     def __init__(self, callback: Callable[[Event, RunStats], None]) -> None:
         self.callback = callback

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
+from torch import nn
 
 if TYPE_CHECKING:
     from offpolicy.buffer import TransitionBatch
@@ -91,3 +92,29 @@ class PolicyLearner(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what `state_dict` returned."""
 
+
+
+class ParameterHandover:
+    """Hands a module's parameters from the learner's policy to acting copies, cheaply.
+
+    `snapshot()` makes one private copy of each tensor; `adopt()` swaps such a
+    snapshot in without copying again when it is already on the right device,
+    so a training phase's parameters reach the actors with a single copy and
+    without `load_state_dict`'s per-call overhead.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        named = module.state_dict(keep_vars=True)
+        self.names = list(named)
+        self.tensors = list(named.values())
+
+    def snapshot(self) -> PolicyState:
+        return {name: tensor.detach().clone() for name, tensor in zip(self.names, self.tensors)}
+
+    def adopt(self, state: PolicyState) -> None:
+        for name, tensor in zip(self.names, self.tensors):
+            new = state[name]
+            if new.device == tensor.device and new.dtype == tensor.dtype and new.shape == tensor.shape:
+                tensor.data = new
+            else:
+                tensor.data.copy_(new)

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from offpolicy.agents.fast_mlp import FastMLP, supports
 from offpolicy.buffer import TransitionBatch
 from offpolicy.envs import EnvError
-from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 
 @dataclass
@@ -103,6 +103,7 @@ class DQNPolicy(Policy):
         self.env_steps = 0
         self._rng = np.random.default_rng(seed)
         self._fast = FastMLP(q_network) if supports(q_network) else None
+        self._handover = ParameterHandover(q_network)
 
     def exploration_rate(self) -> float:
         c = self.config
@@ -134,13 +135,10 @@ class DQNPolicy(Policy):
         return PolicyOutput(actions, {"exploration_rate": epsilon})
 
     def state(self) -> PolicyState:
-        return {name: tensor.detach().clone() for name, tensor in self.q_network.state_dict().items()}
+        return self._handover.snapshot()
 
     def update(self, state: PolicyState) -> None:
-        """Adopt the snapshot's tensors as they are when they already live on our device
-        (`state()` made them private copies), so a hand-over copies the parameters once."""
-        same_device = all(tensor.device == self.device for tensor in state.values())
-        self.q_network.load_state_dict(state, assign=same_device)
+        self._handover.adopt(state)
 
     def to(self, device: torch.device | str) -> "DQNPolicy":
         self.q_network.to(device)

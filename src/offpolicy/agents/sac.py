@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
 from offpolicy.agents.dqn import mlp
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -84,6 +84,7 @@ class SACPolicy(Policy):
         self.actor = actor
         self.scale = scale
         self.device = next(actor.parameters()).device
+        self._handover = ParameterHandover(actor)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed)
 
@@ -100,11 +101,10 @@ class SACPolicy(Policy):
             return PolicyOutput(self.scale.to_env(unit), {})
 
     def state(self) -> PolicyState:
-        return {name: tensor.detach().clone() for name, tensor in self.actor.state_dict().items()}
+        return self._handover.snapshot()
 
     def update(self, state: PolicyState) -> None:
-        same_device = all(tensor.device == self.device for tensor in state.values())
-        self.actor.load_state_dict(state, assign=same_device)
+        self._handover.adopt(state)
 
     def to(self, device: torch.device | str) -> "SACPolicy":
         self.actor.to(device)

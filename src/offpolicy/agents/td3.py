@@ -21,7 +21,7 @@ import torch
 from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
 from offpolicy.agents.dqn import mlp
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 
 @dataclass
@@ -74,6 +74,7 @@ class TD3Policy(Policy):
         self.scale = scale
         self.noise = noise
         self.device = next(actor.parameters()).device
+        self._handover = ParameterHandover(actor)
         self._rng = np.random.default_rng(seed)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
@@ -88,11 +89,10 @@ class TD3Policy(Policy):
             return PolicyOutput(self.scale.to_env(unit), {})
 
     def state(self) -> PolicyState:
-        return {name: tensor.detach().clone() for name, tensor in self.actor.state_dict().items()}
+        return self._handover.snapshot()
 
     def update(self, state: PolicyState) -> None:
-        same_device = all(tensor.device == self.device for tensor in state.values())
-        self.actor.load_state_dict(state, assign=same_device)
+        self._handover.adopt(state)
 
     def to(self, device: torch.device | str) -> "TD3Policy":
         self.actor.to(device)
