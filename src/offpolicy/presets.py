@@ -29,6 +29,9 @@ SEED_EXAMPLE: dict[str, Any] = {
     "hyperparameters": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "hidden": 64, "layers": 3},
 }
 
+_CONTINUOUS = {"torch_threads": 2}
+"""256-wide networks are bound by matrix work: a second thread pays off (the env is cheap)."""
+
 _ONE_ENV_EVERY_STEP = {
     "num_envs": 1,
     "autobatch_size": 1,
@@ -67,6 +70,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
     "sac-pendulum": {
+        **_CONTINUOUS,
         "agent": "sac",
         "env": "Pendulum-v1",
         "num_steps": 20_000,
@@ -74,6 +78,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hyperparameters": {"lr": 1e-3},
     },
     "td3-pendulum": {
+        **_CONTINUOUS,
         "agent": "td3",
         "env": "Pendulum-v1",
         "num_steps": 20_000,
@@ -90,6 +95,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                             "exploration_decay": 4_000.0},
     },
     "sac-lunarlander": {
+        **_CONTINUOUS,
         "agent": "sac",
         "env": "LunarLanderContinuous-v3",
         "num_steps": 500_000,
@@ -98,6 +104,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hyperparameters": {"lr": 7.3e-4, "tau": 0.01},
     },
     "sac-halfcheetah": {
+        **_CONTINUOUS,
         "agent": "sac",
         "env": "HalfCheetah-v5",
         "num_steps": 1_000_000,
@@ -106,6 +113,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hyperparameters": {},
     },
     "sac-hopper": {
+        **_CONTINUOUS,
         "agent": "sac",
         "env": "Hopper-v5",
         "num_steps": 1_000_000,

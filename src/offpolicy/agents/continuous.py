@@ -83,3 +83,22 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 def adam(parameters, lr: float, device: torch.device) -> torch.optim.Adam:
     """Adam with the fused kernel where torch has one (one kernel per step, not one per tensor)."""
     return torch.optim.Adam(parameters, lr=lr, fused=device.type in ("cpu", "cuda"))
+
+
+class frozen:
+    """Within the block, `module`'s parameters get no gradients (only its inputs do).
+
+    The actor's loss backpropagates through the critic to the actions; skipping
+    the critic's own weight gradients there saves about a third of the backward pass.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.parameters = list(module.parameters())
+
+    def __enter__(self) -> None:
+        for parameter in self.parameters:
+            parameter.requires_grad_(False)
+
+    def __exit__(self, *exc: object) -> None:
+        for parameter in self.parameters:
+            parameter.requires_grad_(True)

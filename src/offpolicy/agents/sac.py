@@ -21,7 +21,7 @@ import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
-from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
+from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update
 from offpolicy.agents.dqn import mlp
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
@@ -173,9 +173,10 @@ class SACLearner(PolicyLearner):
         critic_loss.backward()
         self.critic_optimizer.step()
 
-        actor_loss = (alpha * log_prob - self.critic(observations, policy_actions).min(dim=0).values).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        with frozen(self.critic):
+            actor_loss = (alpha * log_prob - self.critic(observations, policy_actions).min(dim=0).values).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
         self.actor_optimizer.step()
 
         soft_update(self.target_critic, self.critic, c.tau)

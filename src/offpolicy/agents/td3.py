@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, soft_update
+from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update
 from offpolicy.agents.dqn import mlp
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
@@ -150,9 +150,10 @@ class TD3Learner(PolicyLearner):
 
         self.updates += 1
         if self.updates % c.policy_delay == 0:
-            actor_loss = -self.critic(observations, torch.tanh(self.actor(observations)))[0].mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
+            with frozen(self.critic):
+                actor_loss = -self.critic(observations, torch.tanh(self.actor(observations)))[0].mean()
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                actor_loss.backward()
             self.actor_optimizer.step()
             soft_update(self.target_critic, self.critic, c.tau)
             soft_update(self.target_actor, self.actor, c.tau)
