@@ -97,3 +97,19 @@ def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["num_steps"] == latest + 600
     changed = run("train", "--resume", str(run_dir), "--lr", "0.1")
     assert changed.returncode == 2 and "--lr" in changed.stderr
+
+
+def test_config_file_reproduces_a_run_and_names_unknown_keys(tmp_path):
+    first = run("train", "--num-steps", "300", "--eval-interval", "100", "--eval-episodes", "1",
+                "--num-envs", "2", "--autobatch-size", "2", "--run-dir", str(tmp_path / "a"), "--quiet")
+    assert first.returncode == 0, first.stderr
+    again = run("train", "--config", str(tmp_path / "a" / "config.json"), "--run-dir", str(tmp_path / "b"), "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "b" / "config.json").read_text()) == json.loads((tmp_path / "a" / "config.json").read_text())
+    a_rows = (tmp_path / "a" / "metrics" / "eval.jsonl").read_text()
+    assert a_rows == (tmp_path / "b" / "metrics" / "eval.jsonl").read_text()
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('agent = "dqn"\nenv = "CartPole-v1"\nnum_steps = 100\n[strategy]\nnum_envz = 2\n')
+    bad = run("train", "--config", str(toml))
+    assert bad.returncode == 2 and "unknown key 'num_envz'" in bad.stderr

@@ -11,6 +11,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import sys
 import textwrap
 import traceback
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("agent", nargs="?", help=f"agent: {', '.join(AGENTS)} (default: dqn, or the preset's)")
     train.add_argument("env", nargs="?", help="Gymnasium env id (default: CartPole-v1, or the preset's)")
     train.add_argument("--preset", help=f"named settings to start from: {', '.join(PRESETS)}")
+    train.add_argument("--config", type=Path, metavar="FILE",
+                       help="settings from a file (JSON, TOML or YAML; a run's config.json re-runs it)")
     train.add_argument("--run-dir", type=Path, help="where metrics and checkpoints go (default: runs/<env>-<agent>-s<seed>-<time>)")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its latest checkpoint, with its config")
     train.add_argument("--quiet", action="store_true", help="print only the run directory and the summary")
@@ -106,13 +109,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A run config written as JSON (e.g. a run's `config.json`), TOML or YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+    try:
+        if path.suffix == ".toml":
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                try:
+                    import tomli as tomllib
+                except ImportError:
+                    raise ConfigError("TOML config files need Python 3.11+ or: pip install tomli") from None
+            values = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError("YAML config files need PyYAML: pip install pyyaml (or use JSON or TOML)") from None
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except ConfigError:
+        raise
+    except Exception as error:
+        raise ConfigError(f"config file {path} is not valid: {error}") from error
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings")
+    config = RunConfig.from_dict(values)  # names unknown keys
+    return {**config.to_dict()}
+
+
 def resolve_config(args: argparse.Namespace) -> RunConfig:
-    """Preset first (named, or the tuned one for this agent and env), then the options given."""
-    if args.preset:
-        values: dict[str, Any] = preset(args.preset)
+    """A config file or a preset (named, or the tuned one for this agent and env), then the options given."""
+    if args.config and args.preset:
+        raise ConfigError("give either --config or --preset, not both")
+    if args.config or args.preset:
+        values: dict[str, Any] = read_config_file(args.config) if args.config else preset(args.preset)
+        source = f"config file {args.config}" if args.config else f"preset {args.preset!r}"
         for given, key in ((args.agent, "agent"), (args.env, "env")):
             if given is not None and given != values[key]:
-                raise ConfigError(f"preset {args.preset!r} is for {key} {values[key]}, not {given}")
+                raise ConfigError(f"{source} is for {key} {values[key]}, not {given}")
     else:
         agent, env = args.agent or "dqn", args.env or "CartPole-v1"
         name = default_preset(agent, env)
@@ -161,7 +201,7 @@ def command_train(args: argparse.Namespace) -> int:
     from offpolicy.training import load_run_config, train
 
     if args.resume is not None:
-        changed = _changed_options(args) + (["--preset"] if args.preset else [])
+        changed = _changed_options(args) + (["--preset"] if args.preset else []) + (["--config"] if args.config else [])
         if changed:
             raise ConfigError(
                 f"--resume continues with the run's stored config; {', '.join(changed)} cannot change "
