@@ -22,3 +22,21 @@ def run_alternating(script: str, systems: list[str], seeds: list[int]) -> dict[s
             shown = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
             print(f"  seed {seed} {name:<10} {shown}", flush=True)
     return results
+
+
+def evaluate(env_id: str, act, episodes: int = 10) -> float:
+    """Mean return of deterministic episodes on seeds 10_000.. (the same for every system)."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make(env_id)
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs, dtype=np.float32)))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return sum(returns) / len(returns)

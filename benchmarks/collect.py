@@ -18,7 +18,6 @@ import statistics
 import time
 
 import gymnasium as gym
-import numpy as np
 
 HEAVY_STEP_S = 0.0002
 

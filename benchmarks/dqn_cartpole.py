@@ -26,6 +26,7 @@ import json
 import statistics
 import time
 
+from _common import evaluate as _evaluate
 from _common import run_alternating
 
 NUM_STEPS = 40_000
@@ -39,21 +40,7 @@ EVAL_EPISODES = 10
 
 
 def evaluate(act) -> float:
-    """Mean return of deterministic episodes on seeds 10_000.. (the same for every system)."""
-    import gymnasium as gym
-    import numpy as np
-
-    env = gym.make("CartPole-v1")
-    returns = []
-    for episode in range(EVAL_EPISODES):
-        obs, _ = env.reset(seed=10_000 + episode)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(int(act(np.asarray(obs, dtype=np.float32))))
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return sum(returns) / len(returns)
+    return _evaluate("CartPole-v1", lambda obs: int(act(obs)), EVAL_EPISODES)
 
 
 def run_offpolicy(seed: int) -> dict:

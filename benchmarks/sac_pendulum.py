@@ -22,6 +22,7 @@ import os
 import statistics
 import time
 
+from _common import evaluate as _evaluate
 from _common import run_alternating
 
 NUM_STEPS = 20_000
@@ -33,20 +34,7 @@ def threads() -> int:
 
 
 def evaluate(act) -> float:
-    import gymnasium as gym
-    import numpy as np
-
-    env = gym.make("Pendulum-v1")
-    returns = []
-    for episode in range(EVAL_EPISODES):
-        obs, _ = env.reset(seed=10_000 + episode)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs, dtype=np.float32)))
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return sum(returns) / len(returns)
+    return _evaluate("Pendulum-v1", act, EVAL_EPISODES)
 
 
 def run_offpolicy(seed: int) -> dict:

@@ -18,6 +18,24 @@ from torch import nn
 from offpolicy.envs import EnvError
 
 
+def validate_common(config: object) -> None:
+    """The rules SAC and TD3 share for lr, gamma, tau, hidden and layers."""
+    from offpolicy.config import ConfigError
+
+    lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
+    hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
+    if not lr > 0:
+        raise ConfigError(f"lr must be positive, got {lr}")
+    if not 0 <= gamma <= 1:
+        raise ConfigError(f"gamma must be between 0 and 1, got {gamma}")
+    if not 0 < tau <= 1:
+        raise ConfigError(f"tau must be in (0, 1], got {tau}")
+    if hidden < 1:
+        raise ConfigError(f"hidden must be at least 1, got {hidden}")
+    if layers < 2:
+        raise ConfigError(f"layers must be at least 2, got {layers}")
+
+
 def check_box_spaces(agent: str, observation_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
     """Flat observation size and action size, or an error naming the agent and the space."""
     if not isinstance(observation_space, gym.spaces.Box):

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update
+from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update, validate_common
 from offpolicy.agents.dqn import mlp
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
@@ -50,15 +50,7 @@ class TD3Config:
     def validate(self) -> None:
         from offpolicy.config import ConfigError
 
-        for name in ("lr", "tau"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0 <= self.gamma <= 1:
-            raise ConfigError(f"gamma must be between 0 and 1, got {self.gamma}")
-        if self.tau > 1:
-            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
-        if self.hidden < 1 or self.layers < 2:
-            raise ConfigError(f"hidden must be at least 1 and layers at least 2, got {self.hidden}, {self.layers}")
+        validate_common(self)
         if self.policy_delay < 1:
             raise ConfigError(f"policy_delay must be at least 1, got {self.policy_delay}")
         for name in ("exploration_noise", "target_noise", "target_noise_clip"):
