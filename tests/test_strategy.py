@@ -95,7 +95,7 @@ def test_acting_policy_gets_previous_phase_parameters(tmp_path):
         train_batch_size=8, eval_interval=1000,
     )
     # Phases after chunks 1..5; each phase k > 1 first hands over the version after phase k-1.
-    # The evaluation copy is updated separately only at evaluations (none here), plus the final checkpoint reads state.
+    # The evaluation copy is only updated at evaluations, and there are none here.
     updates = learner.policy().log["updates"]
     assert updates == [3.0, 6.0, 9.0, 12.0]
 

@@ -56,6 +56,7 @@ def work(connection: Any, factory: Any, env_ids: list[int], seeds: list[int], sh
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
     arrays = shared.views()
     envs: dict[int, Any] = {}
+    current = env_ids[0] if env_ids else -1
     try:
         for env_id, seed in zip(env_ids, seeds):
             env = envs[env_id] = factory()
@@ -82,9 +83,8 @@ def work(connection: Any, factory: Any, env_ids: list[int], seeds: list[int], sh
     except KeyboardInterrupt:
         pass
     except BaseException as error:
-        where = locals().get("current", env_ids[0] if env_ids else -1)
         try:
-            connection.send(("error", where, f"{error!r}\n{traceback.format_exc()}"))
+            connection.send(("error", current, f"{error!r}\n{traceback.format_exc()}"))
         except OSError:
             pass
     finally:

@@ -68,9 +68,7 @@ def load_state(directory: Path, name: str) -> dict[str, Any]:
     try:
         tensors = load_file(str(directory / f"{name}.safetensors"))
         structure = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"cannot read checkpoint {directory / name}: {error}") from error
-    except Exception as error:  # safetensors raises its own error type for corrupt files
+    except Exception as error:  # OSError, bad JSON, or safetensors' own error for a corrupt file
         raise CheckpointError(f"cannot read checkpoint {directory / name}: {error}") from error
     return _decode(structure, tensors)
 

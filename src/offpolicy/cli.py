@@ -139,8 +139,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid: {error}") from error
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")
-    config = RunConfig.from_dict(values)  # names unknown keys
-    return {**config.to_dict()}
+    return RunConfig.from_dict(values).to_dict()  # names unknown keys
 
 
 def resolve_config(args: argparse.Namespace) -> RunConfig:

@@ -242,10 +242,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def status_line(stats: RunStats) -> str:
     """One plain line: steps, speed, recent and evaluation returns, loss."""
     loss = stats.last_outputs.get("loss")
+    exploration = "" if stats.exploration_rate is None else f" | epsilon {stats.exploration_rate:.2f}"
     return (
         f"step {stats.step:,}/{stats.total_steps:,} | {stats.steps_per_second:,.0f} steps/s"
         f" | return {_fmt(stats.recent_return)} | eval {_fmt(stats.last_eval_return)}"
-        f" | loss {_fmt(loss, 4)}"
+        f" | loss {_fmt(loss, 4)}{exploration}"
     )
 
 

@@ -57,7 +57,6 @@ class InferenceServer:
         self._lock = threading.Lock()
         self._pending: list[ActionRequest] = []
         self._active = 0
-        self.batches_run = 0
 
     @property
     def pending(self) -> int:
@@ -122,7 +121,6 @@ class InferenceServer:
                 request.error = error
                 request._done.set()
             raise
-        self.batches_run += 1
         for request, action in zip(batch, actions):
             request.action = action
             request.context = output.context
