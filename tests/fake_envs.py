@@ -59,3 +59,41 @@ class SlowEnv(CountingEnv):
 
         time.sleep(0.01)
         return super().step(action)
+
+
+class BrokenEnv(CountingEnv):
+    """Breaks in one way (`fault`) at its step `at`; episodes last 4 steps, so resets happen.
+
+    Faults: "raise" (step raises), "reset" (the reset after an episode raises), "nan" (NaN
+    observation), "inf_reward", "shape" (observation of the wrong shape), "hang" (step sleeps
+    for a minute).
+    """
+
+    def __init__(self, fault: str, at: int = 6) -> None:
+        super().__init__(length=4)
+        self.fault = fault
+        self.at = at
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        if self.fault == "reset" and self.steps >= self.at:
+            raise RuntimeError("reset exploded")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        observation, reward, terminated, truncated, info = super().step(action)
+        if self.steps == self.at:
+            if self.fault == "raise":
+                raise RuntimeError("simulator exploded")
+            if self.fault == "nan":
+                observation = np.array([np.nan, 0.0], dtype=np.float32)
+            if self.fault == "inf_reward":
+                reward = float("inf")
+            if self.fault == "shape":
+                observation = np.zeros(3, dtype=np.float32)
+            if self.fault == "hang":
+                import time
+
+                time.sleep(60)
+        return observation, reward, terminated, truncated, info

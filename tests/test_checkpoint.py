@@ -1,12 +1,18 @@
 import json
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from helpers import StubLearner
-from offpolicy.checkpoint import CheckpointError, Checkpointer, load_state, save_state
+from offpolicy.checkpoint import CheckpointError, Checkpointer, NonFiniteStateError, load_state, save_state
 
 
 def test_nested_state_round_trips(tmp_path):
@@ -64,3 +70,63 @@ def test_missing_step_and_corrupt_index(tmp_path):
     (tmp_path / "index.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="corrupted"):
         Checkpointer(tmp_path)
+
+
+WRITER = """
+import sys
+import torch
+from offpolicy.checkpoint import Checkpointer
+from helpers import StubLearner
+
+class BigLearner(StubLearner):
+    step = 0
+    def state_dict(self):
+        return {"step": self.step, "weights": torch.full((512, 1024), float(self.step))}
+
+checkpointer = Checkpointer(sys.argv[1], keep_last=1)
+learner = BigLearner()
+learner.step = checkpointer.latest.step if checkpointer.latest else 0
+print("ready", flush=True)
+while True:
+    learner.step += 1
+    checkpointer.checkpoint(learner.policy(), learner, learner.step, None)
+"""
+
+
+def test_sigkill_mid_checkpoint_leaves_the_previous_one_loadable(tmp_path):
+    """Kill a writer at random moments (keep_last=1, so every write also deletes the previous one)."""
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    directory = tmp_path / "checkpoints"
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    random = np.random.default_rng(0)
+    reached = 0
+    for _ in range(6):
+        writer = subprocess.Popen([sys.executable, str(script), str(directory)], stdout=subprocess.PIPE,
+                                  env=environment, text=True)
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(random.uniform(0.05, 0.4))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        writer.stdout.close()
+
+        checkpointer = Checkpointer(directory, keep_last=1)
+        latest = checkpointer.latest
+        assert latest is not None and latest.step >= reached
+        _, state = checkpointer.load(latest.step)
+        assert state["step"] == latest.step and bool((state["weights"] == latest.step).all())
+        listed = json.loads((directory / "index.json").read_text())["checkpoints"]
+        assert all(checkpointer.path(entry["step"]).is_dir() for entry in listed)
+        reached = latest.step
+    assert reached > 1
+
+
+def test_non_finite_state_is_never_saved(tmp_path):
+    checkpointer = Checkpointer(tmp_path, keep_last=1)
+    learner = StubLearner()
+    checkpointer.checkpoint(learner.policy(), learner, 10, 1.0)
+    learner.policy().version = torch.tensor(float("nan"))
+    with pytest.raises(NonFiniteStateError, match="step 20.*NaN or infinite"):
+        checkpointer.checkpoint(learner.policy(), learner, 20, None)
+    assert [e.step for e in Checkpointer(tmp_path).entries] == [10]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json", "step_000000010"]

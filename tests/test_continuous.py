@@ -130,3 +130,14 @@ def test_saved_and_restored_learner_trains_identically(tmp_path, learner, config
     for part in ("actor", "critic", "target_critic"):
         for name, tensor in state_a[part].items():
             assert torch.equal(tensor, state_b[part][name]), (part, name)
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_exploration_state_survives_a_checkpoint(tmp_path, learner, config):
+    a = learner(OBS, ACTIONS, config(hidden=16), seed=1).policy()
+    observations = torch.randn(8, 3)
+    a.act(observations, deterministic=False)
+    save_state(tmp_path, "exploration", a.exploration_state())
+    b = learner(OBS, ACTIONS, config(hidden=16), seed=1).policy()
+    b.load_exploration_state(load_state(tmp_path, "exploration"))
+    assert torch.equal(a.act(observations, False).actions, b.act(observations, False).actions)

@@ -108,3 +108,15 @@ def test_fast_path_covers_only_plain_relu_mlps():
     assert not supports(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
     assert not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU()))
     assert not supports(nn.Linear(4, 2))
+
+
+def test_exploration_state_survives_a_checkpoint(tmp_path):
+    a = DQNLearner(OBS, ACTIONS, seed=3).policy()
+    observations = torch.zeros(64, 4)
+    a.act(observations, False)
+    save_state(tmp_path, "exploration", a.exploration_state())
+    b = DQNLearner(OBS, ACTIONS, seed=3).policy()
+    b.load_exploration_state(load_state(tmp_path, "exploration"))
+    first = a.act(observations, False).actions
+    assert torch.equal(first, b.act(observations, False).actions)
+    assert not torch.equal(first, a.act(observations, False).actions)  # the draws go on, not repeat

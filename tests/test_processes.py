@@ -64,7 +64,7 @@ def test_whole_episodes():
 def test_env_error_names_the_env_and_leaves_no_worker():
     r = runner(2, 2, 2, functools.partial(FailingEnv, 3))
     pids = r.worker_pids
-    with pytest.raises(EnvRunnerError, match=r"environment \d failed in its worker process: RuntimeError\('simulator exploded'\)"):
+    with pytest.raises(EnvRunnerError, match=r"environment \d failed in step\(\) at its step 4: RuntimeError\('simulator exploded'\) \(in a worker process\)"):
         r.run_steps(50)
     r.close()
     assert alive(pids) == []

@@ -28,9 +28,9 @@ class SavingCounter(Checkpointer):
         super().__init__(directory)
         self.saved_steps = []
 
-    def checkpoint(self, policy, learner, step, eval_return):
+    def checkpoint(self, policy, learner, step, eval_return, parts=None):
         self.saved_steps.append(step)
-        return super().checkpoint(policy, learner, step, eval_return)
+        return super().checkpoint(policy, learner, step, eval_return, parts)
 
 
 def run(tmp_path, total, start=0, backend="inprocess", interrupter=None, **strategy):

@@ -9,7 +9,7 @@ from offpolicy import OffPolicyConfig, RunConfig, train
 from offpolicy.checkpoint import CheckpointError, Checkpointer
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
-from offpolicy.events import EvaluationEnded, StepsCollected
+from offpolicy.events import EvaluationEnded, StepsCollected, TrainStep
 
 
 def small_config(**changes):
@@ -79,6 +79,27 @@ def test_interrupted_run_resumes_to_the_end(tmp_path):
     assert eval_steps == [200, 400, 600]
     update_steps = [r["step"] for r in rows(run / "metrics" / "train.jsonl") if r["event"] == "update"]
     assert update_steps == sorted(update_steps) and len(set(update_steps)) == len(update_steps)
+
+
+@pytest.mark.parametrize("save_buffer", [False, True])
+def test_resume_restores_counters_random_states_and_optionally_the_buffer(tmp_path, save_buffer):
+    run = tmp_path / "run"
+    first = train(small_config(num_steps=400, save_buffer=save_buffer), run_dir=run, quiet=True)
+    checkpointer = Checkpointer(run / "checkpoints")
+    progress = checkpointer.load_part(400, "progress")
+    assert progress["counters"]["episodes"] == first.stats.episodes > 0
+    assert progress["counters"]["train_steps"] == first.stats.train_steps
+    saved_buffer = checkpointer.load_part(400, "buffer")
+    assert (saved_buffer is not None and saved_buffer["size"] == 400) == save_buffer
+
+    train_steps_at = []
+    resumed = train(small_config(num_steps=600, save_buffer=save_buffer), run_dir=run, resume=True, quiet=True,
+                    callbacks=[lambda e, s: train_steps_at.append(e.step) if isinstance(e, TrainStep) else None])
+    # A restored buffer trains from the first chunk; an empty one waits until it holds a batch (32).
+    assert train_steps_at[0] == (408 if save_buffer else 432)
+    assert resumed.stats.episodes > first.stats.episodes
+    assert resumed.stats.train_steps == first.stats.train_steps + len(train_steps_at)
+    assert resumed.stats.evaluations == 3
 
 
 def test_env_factory_callable_is_accepted(tmp_path):

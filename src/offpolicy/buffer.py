@@ -124,6 +124,13 @@ class TransitionBuffer:
             "generator": self._generator.get_state(),
         }
 
+    def sampling_state(self) -> torch.Tensor:
+        """The sampling generator's state alone, saved with every checkpoint (the contents only on request)."""
+        return self._generator.get_state()
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        self._generator.set_state(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         storage = state["storage"]
         if storage:

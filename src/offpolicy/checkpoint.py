@@ -2,11 +2,15 @@
 
 A checkpoint is a folder `RUN_DIR/checkpoints/step_<STEP>/` holding
 `policy.safetensors`, `learner.safetensors` (every tensor) and `learner.json`
-(the rest of the state: counters, hyperparameters, nested structure).
+(the rest of the state: counters, hyperparameters, nested structure), plus
+optional parts saved the same way (`progress`, `buffer`, ...).
 `checkpoints/index.json` lists them with their evaluation return. Folders and
-the index are written under a temporary name and renamed, so a crash leaves
-the previous checkpoint whole. The last `keep_last` and the best by evaluation
-return are kept.
+the index are written under a temporary name, flushed to disk and renamed,
+and old checkpoints are deleted only after the new index is in place, so a
+process killed at any moment leaves the previous checkpoint whole and listed.
+The last `keep_last` and the best by evaluation return are kept. A state with
+a NaN or infinite tensor is refused: a diverged run never overwrites a good
+checkpoint.
 """
 
 from __future__ import annotations
@@ -28,9 +32,16 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing or unreadable; the message names it."""
 
 
+class NonFiniteStateError(RuntimeError):
+    """Training produced a NaN or infinite value; the message says where and what to do."""
+
+
 def _encode(value: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
     if isinstance(value, torch.Tensor):
-        tensors[path] = value.detach().cpu().clone().contiguous()
+        tensor = value.detach().cpu().clone().contiguous()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise NonFiniteStateError(f"{path} holds NaN or infinite values")
+        tensors[path] = tensor
         return {"__tensor__": path}
     if isinstance(value, Mapping):
         if all(isinstance(key, str) for key in value):
@@ -55,12 +66,22 @@ def _decode(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     return value
 
 
+def _flush_to_disk(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def save_state(directory: Path, name: str, state: Mapping[str, Any]) -> None:
-    """Write a nested state as `name.safetensors` (tensors) and `name.json` (everything else)."""
+    """Write a nested state as `name.safetensors` (tensors) and `name.json` (everything else), flushed."""
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(state, tensors, name)
     save_file(tensors, str(directory / f"{name}.safetensors"))
     (directory / f"{name}.json").write_text(json.dumps(structure), encoding="utf-8")
+    for suffix in (".safetensors", ".json"):
+        _flush_to_disk(directory / f"{name}{suffix}")
 
 
 def load_state(directory: Path, name: str) -> dict[str, Any]:
@@ -85,25 +106,50 @@ class Checkpointer:
     def __init__(self, directory: Path, keep_last: int = 2) -> None:
         self.directory = Path(directory)
         self.keep_last = keep_last
-        self.entries = self._read_index()
+        self.entries = [e for e in self._read_index() if self.path(e.step).is_dir()]
+        if self.directory.is_dir():
+            for leftover in self.directory.glob("*.tmp"):  # a write that was cut short
+                if leftover.is_dir():
+                    shutil.rmtree(leftover, ignore_errors=True)
+                else:
+                    leftover.unlink(missing_ok=True)
 
     def path(self, step: int) -> Path:
         return self.directory / f"step_{step:09d}"
 
-    def checkpoint(self, policy: Policy, learner: PolicyLearner, step: int, eval_return: float | None) -> Path:
-        """Save both states at `step`, then drop checkpoints that fall out of retention."""
+    def checkpoint(
+        self,
+        policy: Policy,
+        learner: PolicyLearner,
+        step: int,
+        eval_return: float | None,
+        parts: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Path:
+        """Save the policy, the learner and any extra `parts` at `step`, then apply retention.
+
+        Raises `NonFiniteStateError` (writing nothing) if any tensor is NaN or infinite.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.path(step)
         staging = final.with_name(final.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        save_state(staging, "policy", policy.state())
-        save_state(staging, "learner", learner.state_dict())
+        try:
+            save_state(staging, "policy", policy.state())
+            save_state(staging, "learner", learner.state_dict())
+            for name, state in (parts or {}).items():
+                save_state(staging, name, state)
+        except NonFiniteStateError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise NonFiniteStateError(f"not saving the checkpoint at step {step:,}: {error}") from None
+        replaced = final.with_name(final.name + ".old.tmp")
         if final.exists():
-            shutil.rmtree(final)
+            os.replace(final, replaced)
         os.replace(staging, final)
+        _flush_to_disk(self.directory)
         self.entries = [e for e in self.entries if e.step != step] + [CheckpointInfo(step, eval_return)]
         self._retain()
+        shutil.rmtree(replaced, ignore_errors=True)
         return final
 
     @property
@@ -122,16 +168,24 @@ class Checkpointer:
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory}")
         return load_state(path, "policy"), load_state(path, "learner")
 
+    def load_part(self, step: int, name: str) -> dict[str, Any] | None:
+        """An extra part saved at `step` (e.g. "buffer"), or None if that checkpoint has none."""
+        path = self.path(step)
+        if not (path / f"{name}.json").exists():
+            return None
+        return load_state(path, name)
+
     def _retain(self) -> None:
+        """List only what is kept, then delete the rest: the index never names a missing folder."""
         by_step = sorted(self.entries, key=lambda e: e.step)
         keep = {e.step for e in by_step[-self.keep_last :]}
         if self.best is not None:
             keep.add(self.best.step)
+        self.entries = [e for e in by_step if e.step in keep]
+        self._write_index()
         for entry in by_step:
             if entry.step not in keep:
                 shutil.rmtree(self.path(entry.step), ignore_errors=True)
-        self.entries = [e for e in by_step if e.step in keep]
-        self._write_index()
 
     def _write_index(self) -> None:
         best = self.best
@@ -142,6 +196,7 @@ class Checkpointer:
         }
         staging = self.directory / "index.json.tmp"
         staging.write_text(json.dumps(index, indent=1), encoding="utf-8")
+        _flush_to_disk(staging)
         os.replace(staging, self.directory / "index.json")
 
     def _read_index(self) -> list[CheckpointInfo]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from offpolicy.agents import AGENTS
-from offpolicy.checkpoint import CheckpointError
+from offpolicy.checkpoint import CheckpointError, NonFiniteStateError
 from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
 from offpolicy.envs import EnvError
 from offpolicy.events import TrainingStarted
@@ -28,9 +28,13 @@ from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, default_preset, pres
 from offpolicy.runners import EnvRunnerError
 
 EXIT_ERROR = 2
+"""Bad input: an option, a config file, an env that cannot be made, a run directory or checkpoint."""
+EXIT_RUN_FAILED = 3
+"""The run started but could not go on (an env failed or hung, training diverged); its last checkpoint is intact."""
 EXIT_INTERRUPTED = 130
-RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints")
-USER_ERRORS = (ConfigError, EnvError, CheckpointError, EnvRunnerError)
+RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout")
+USER_ERRORS = (ConfigError, EnvError, CheckpointError)
+RUN_FAILURES = (EnvRunnerError, NonFiniteStateError)
 
 
 @lru_cache(maxsize=None)
@@ -84,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", type=Path, help="where metrics and checkpoints go (default: runs/<env>-<agent>-s<seed>-<time>)")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its latest checkpoint, with its config")
     train.add_argument("--quiet", action="store_true", help="print only the run directory and the summary")
+    train.add_argument("--save-buffer", action="store_const", const=True, default=None,
+                       help=field_docs(RunConfig)["save_buffer"])
     train.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
     run_defaults = {**dataclasses.asdict(RunConfig()), **base}
@@ -159,7 +165,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         values["agent"], values["env"] = agent, env
     if values["agent"] not in AGENTS:
         raise ConfigError(f"unknown agent {values['agent']!r}; available: {', '.join(AGENTS)}")
-    for field in RUN_OPTIONS:
+    for field in (*RUN_OPTIONS, "save_buffer"):
         if getattr(args, field) is not None:
             values[field] = getattr(args, field)
     for f in dataclasses.fields(OffPolicyConfig):
@@ -179,6 +185,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 
 def _changed_options(args: argparse.Namespace) -> list[str]:
     names = [f.name for f in dataclasses.fields(OffPolicyConfig)] + [n for n in RUN_OPTIONS if n != "num_steps"]
+    names.append("save_buffer")
     for spec in AGENTS.values():
         names += [f.name for f in dataclasses.fields(spec.config_class)]
     return [_option(n) for n in names if getattr(args, n, None) is not None]
@@ -248,11 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return command_train(args)
         return command_presets(args)
-    except USER_ERRORS as error:
+    except USER_ERRORS + RUN_FAILURES as error:
         if getattr(args, "debug", False):
             traceback.print_exc()
+            if getattr(error, "worker_traceback", None):
+                print(f"In the worker process:\n{error.worker_traceback}", file=sys.stderr)
         print(f"offpolicy: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_RUN_FAILED if isinstance(error, RUN_FAILURES) else EXIT_ERROR
     except KeyboardInterrupt:
         print("offpolicy: stopped at once (second Ctrl-C); the last checkpoint is intact", file=sys.stderr)
         return EXIT_INTERRUPTED

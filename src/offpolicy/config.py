@@ -131,6 +131,11 @@ class RunConfig:
     """Torch CPU threads; 1 is fastest for small networks (more threads spin against the envs)."""
     keep_checkpoints: int = 2
     """Latest checkpoints kept (the best by evaluation return is kept as well)."""
+    save_buffer: bool = False
+    """Also store the replay buffer in each checkpoint, so a resumed run keeps its experience (large)."""
+    env_timeout: float = 10.0
+    """Seconds one environment step or reset may take before the run stops with an error naming the env
+    (0: wait forever)."""
     strategy: OffPolicyConfig = dataclasses.field(default_factory=OffPolicyConfig)
     """Collection and training schedule."""
     hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -145,6 +150,12 @@ class RunConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.save_buffer, bool):
+            raise ConfigError(f"save_buffer must be true or false, got {self.save_buffer!r}")
+        if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) or not (
+            0 <= self.env_timeout < float("inf")
+        ):
+            raise ConfigError(f"env_timeout must be a number of seconds, 0 or more, got {self.env_timeout!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -88,6 +88,36 @@ def derive_seeds(seed: int, count: int, stream: int, start_step: int = 0) -> lis
     return [int(child.generate_state(1)[0]) for child in children]
 
 
+class ObservationError(ValueError):
+    """An environment returned an observation that does not fit its observation space."""
+
+
+def describe_env_failure(env_id: int, call: str, steps: int, error: BaseException) -> str:
+    """One line naming the env, the call, its step count and the original error.
+
+    `steps` counts the env's completed steps; a failing `step()` is its step `steps + 1`.
+    """
+    if isinstance(error, ObservationError):
+        return f"environment {env_id} {error} (at its step {steps:,})"
+    where = f"at its step {steps + 1:,}" if call == "step()" else f"after its step {steps:,}"
+    return f"environment {env_id} failed in {call} {where}: {error!r}"
+
+
+def check_observation(observation: Any, shape: tuple[int, ...] | None, call: str) -> None:
+    """Refuse an observation whose shape differs from the observation space's.
+
+    A wrong shape would otherwise surface far away (a broadcasting error in the
+    buffer, a silent reshape in the network); NaNs are checked per chunk when
+    transitions are stored, where it costs one vectorised test.
+    """
+    actual = observation.shape if isinstance(observation, np.ndarray) else np.shape(observation)
+    if shape is not None and actual != shape:
+        raise ObservationError(
+            f"returned an observation of shape {actual} from {call}, "
+            f"but its observation space has shape {shape}"
+        )
+
+
 def probe_spaces(factory: EnvFactory) -> tuple[gym.Space, gym.Space]:
     """Build one env to read its observation and action spaces, then close it."""
     env = factory()

@@ -99,6 +99,16 @@ class RunStats:
     train_steps: int = 0
     started_at: float = field(default_factory=time.perf_counter)
 
+    COUNTERS = ("episodes", "train_steps", "evaluations", "last_eval_return", "best_eval_return", "best_eval_step")
+
+    def counters(self) -> dict[str, Any]:
+        """The running totals a checkpoint keeps, so a resumed run's summary counts the whole run."""
+        return {name: getattr(self, name) for name in self.COUNTERS}
+
+    def restore_counters(self, counters: dict[str, Any]) -> None:
+        for name in self.COUNTERS:
+            setattr(self, name, counters.get(name, getattr(self, name)))
+
     @property
     def steps_per_second(self) -> float:
         elapsed = time.perf_counter() - self.started_at

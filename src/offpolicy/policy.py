@@ -70,6 +70,13 @@ class Policy(ABC):
         resumed run stopped. Policies without such schedules ignore it.
         """
 
+    def exploration_state(self) -> dict[str, Any]:
+        """The random state exploration draws from, saved in checkpoints so a resumed run continues it."""
+        return {}
+
+    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `exploration_state` returned."""
+
 
 class PolicyLearner(ABC):
     """The agent being trained: one optimisation step at a time."""

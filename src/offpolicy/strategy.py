@@ -13,19 +13,25 @@ multiples of `eval_interval` (the seed's are one step earlier, which shifts on
 resume), and the last chunk is cut to the total so a run takes exactly
 `num_steps` steps. A checkpoint is also written where the loop stops, if that
 step has none yet, so a run can always resume exactly where it ended.
+
+Faults stop the loop with an error and leave the last good checkpoint: an
+environment that fails, hangs (`env_timeout`) or returns NaN, and a NaN or
+infinite training output (a diverged run is never checkpointed).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from offpolicy.buffer import TransitionBuffer
-from offpolicy.checkpoint import Checkpointer
+from offpolicy.checkpoint import Checkpointer, NonFiniteStateError
 from offpolicy.config import OffPolicyConfig
 from offpolicy.envs import EVALUATION_ENV, TRAINING_ENVS, EnvFactory, derive_seeds
 from offpolicy.events import (
@@ -37,7 +43,13 @@ from offpolicy.events import (
 )
 from offpolicy.interrupt import Interrupter
 from offpolicy.policy import Policy, PolicyLearner
-from offpolicy.runners import TimeStep, make_collection_runner, make_evaluation_runner
+from offpolicy.runners import (
+    EnvRunnerError,
+    HangWatchdog,
+    TimeStep,
+    make_collection_runner,
+    make_evaluation_runner,
+)
 
 log = logging.getLogger("offpolicy")
 
@@ -53,17 +65,46 @@ class TrainingComponents:
     checkpointer: Checkpointer | None
     inference_device: torch.device
     seed: int = 0
+    env_timeout: float = 0.0
+    """Seconds one env step may take before the run stops (0: no limit)."""
+    save_buffer: bool = False
+    """Also store the replay buffer's contents in each checkpoint."""
 
 
-def push_timesteps(buffer: TransitionBuffer, timesteps: list[TimeStep]) -> None:
-    """Store a chunk of timesteps as one batched push; truncation is not termination."""
+def push_timesteps(buffer: TransitionBuffer, timesteps: list[TimeStep], first_step: int = 0) -> None:
+    """Store a chunk of timesteps as one batched push; truncation is not termination.
+
+    NaN or infinite observations and rewards are refused here, with one
+    vectorised test per chunk, before they can poison the buffer.
+    """
+    observations = np.stack([t.observation for t in timesteps])
+    next_observations = np.stack([t.next_observation for t in timesteps])
+    rewards = np.fromiter((t.reward for t in timesteps), np.float32, len(timesteps))
+    for what, values in (("reward", rewards), ("observation", observations), ("observation", next_observations)):
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            bad = int(np.flatnonzero(~np.isfinite(values.reshape(len(timesteps), -1)).all(axis=1))[0])
+            raise EnvRunnerError(
+                f"environment {timesteps[bad].env_id} returned a NaN or infinite {what} "
+                f"at step {first_step + bad + 1:,} of the run"
+            )
     buffer.push(
-        np.stack([t.observation for t in timesteps]),
-        np.stack([t.next_observation for t in timesteps]),
+        observations,
+        next_observations,
         np.stack([np.asarray(t.action) for t in timesteps]),
-        np.fromiter((t.reward for t in timesteps), np.float32, len(timesteps)),
+        rewards,
         np.fromiter((t.terminated for t in timesteps), np.float32, len(timesteps)),
     )
+
+
+def check_finite(output: dict[str, torch.Tensor], step: int, updates: int) -> None:
+    """Stop a diverged run at the end of the phase where it diverged (one device sync per phase)."""
+    values = torch.stack([value.detach().float().reshape(()) for value in output.values()])
+    if not bool(torch.isfinite(values).all()):
+        shown = ", ".join(f"{name} {float(value):g}" for name, value in zip(output, values))
+        raise NonFiniteStateError(
+            f"training diverged at step {step:,} after {updates:,} updates ({shown}); the last good "
+            "checkpoint is kept. Lower the learning rate or scale the rewards, then start again"
+        )
 
 
 class OffPolicyStrategy:
@@ -87,25 +128,43 @@ class OffPolicyStrategy:
 
         acting_policy = copy.deepcopy(learner.policy()).to(components.inference_device)
         acting_policy.set_env_steps(starting_step)
-        env_runner = make_collection_runner(
-            config.backend,
-            env_factory,
-            derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, starting_step),
-            acting_policy,
-            config.autobatch_size,
-        )
-        eval_runner = make_evaluation_runner(
-            config.backend,
-            env_factory,
-            derive_seeds(components.seed, 1, EVALUATION_ENV, starting_step)[0],
-            copy.deepcopy(learner.policy()).to(components.inference_device),
-        )
         buffer = TransitionBuffer(config.replay_buffer_size, learner.device, components.seed)
+        if checkpointer is not None and starting_step:
+            restore_progress(checkpointer, starting_step, acting_policy, buffer, events)
 
-        step = starting_step
-        next_eval = (starting_step // config.eval_interval + 1) * config.eval_interval
-        intermediary_update = None
-        try:
+        def save(step: int, eval_return: float | None) -> None:
+            assert checkpointer is not None
+            parts = {"progress": progress_state(acting_policy, buffer, events)}
+            if components.save_buffer:
+                parts["buffer"] = buffer.state_dict()
+            checkpointer.checkpoint(learner.policy(), learner, step, eval_return, parts)
+
+        with ExitStack() as cleanup:
+            watchdog = HangWatchdog(components.env_timeout)
+            cleanup.callback(watchdog.close)
+            env_runner = cleanup.enter_context(
+                make_collection_runner(
+                    config.backend,
+                    env_factory,
+                    derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, starting_step),
+                    acting_policy,
+                    config.autobatch_size,
+                    watchdog,
+                )
+            )
+            eval_runner = cleanup.enter_context(
+                make_evaluation_runner(
+                    config.backend,
+                    env_factory,
+                    derive_seeds(components.seed, 1, EVALUATION_ENV, starting_step)[0],
+                    copy.deepcopy(learner.policy()).to(components.inference_device),
+                    watchdog,
+                )
+            )
+
+            step = starting_step
+            next_eval = (starting_step // config.eval_interval + 1) * config.eval_interval
+            intermediary_update = None
             while step < total:
                 if interrupter.should_stop():
                     log.info("Training interrupted: %s", interrupter.reason or "reason unknown")
@@ -114,7 +173,7 @@ class OffPolicyStrategy:
                 previous_step = step
                 timesteps = env_runner.run_steps(min(config.train_interval, total - step))
                 step += len(timesteps)
-                push_timesteps(buffer, timesteps)
+                push_timesteps(buffer, timesteps, previous_step)
                 events.process_train(StepsCollected(step, timesteps))
 
                 if len(buffer) >= config.train_batch_size and step >= config.warmup_steps:
@@ -123,6 +182,7 @@ class OffPolicyStrategy:
                     for _ in range(config.train_steps):
                         output = learner.train(buffer.sample(config.train_batch_size))
                         events.process_train(TrainStep(step, output))
+                    check_finite(output, step, events.stats.train_steps)
                     intermediary_update = learner.policy().state()
 
                 if previous_step < next_eval <= step:
@@ -134,16 +194,41 @@ class OffPolicyStrategy:
                         returns=[episode[-1].episode_return for episode in episodes],
                         lengths=[episode[-1].episode_length for episode in episodes],
                     )
-                    if checkpointer is not None:
-                        checkpointer.checkpoint(learner.policy(), learner, step, evaluation.mean_return)
                     events.process_valid(evaluation)
+                    if checkpointer is not None:
+                        save(step, evaluation.mean_return)
                     next_eval += config.eval_interval
 
             if checkpointer is not None and step > starting_step:
                 latest = checkpointer.latest
                 if latest is None or latest.step != step:
-                    checkpointer.checkpoint(learner.policy(), learner, step, None)
-        finally:
-            env_runner.close()
-            eval_runner.close()
+                    save(step, None)
         return learner.policy()
+
+
+def progress_state(acting_policy: Policy, buffer: TransitionBuffer, events: EventProcessor) -> dict[str, Any]:
+    """What a checkpoint keeps besides the learner: random states and the run's counters."""
+    return {
+        "exploration": acting_policy.exploration_state(),
+        "buffer_sampling": buffer.sampling_state(),
+        "torch_rng": torch.get_rng_state(),
+        "counters": events.stats.counters(),
+    }
+
+
+def restore_progress(
+    checkpointer: Checkpointer, step: int, acting_policy: Policy, buffer: TransitionBuffer, events: EventProcessor
+) -> None:
+    """Continue random states and counters from the checkpoint at `step`, and its buffer if it has one.
+
+    Checkpoints written before these parts existed resume with fresh ones.
+    """
+    progress = checkpointer.load_part(step, "progress")
+    if progress is not None:
+        acting_policy.load_exploration_state(progress["exploration"])
+        buffer.load_sampling_state(progress["buffer_sampling"])
+        torch.set_rng_state(progress["torch_rng"])
+        events.stats.restore_counters(progress["counters"])
+    saved_buffer = checkpointer.load_part(step, "buffer")
+    if saved_buffer is not None:
+        buffer.load_state_dict(saved_buffer)

@@ -155,6 +155,8 @@ def train(
         checkpointer=checkpointer,
         inference_device=torch.device(config.inference_device or config.device),
         seed=config.seed,
+        env_timeout=config.env_timeout,
+        save_buffer=config.save_buffer,
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))

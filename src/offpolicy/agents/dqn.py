@@ -140,6 +140,12 @@ class DQNPolicy(Policy):
     def update(self, state: PolicyState) -> None:
         self._handover.adopt(state)
 
+    def exploration_state(self) -> dict[str, Any]:
+        return {"rng": self._rng.bit_generator.state}
+
+    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
+        self._rng.bit_generator.state = state["rng"]
+
     def to(self, device: torch.device | str) -> "DQNPolicy":
         self.q_network.to(device)
         self.device = torch.device(device)

@@ -100,6 +100,12 @@ class SACPolicy(Policy):
     def update(self, state: PolicyState) -> None:
         self._handover.adopt(state)
 
+    def exploration_state(self) -> dict[str, Any]:
+        return {"generator": self._generator.get_state()}
+
+    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
+        self._generator.set_state(state["generator"])
+
     def to(self, device: torch.device | str) -> "SACPolicy":
         self.actor.to(device)
         self.scale.to(device)

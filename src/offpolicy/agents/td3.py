@@ -86,6 +86,12 @@ class TD3Policy(Policy):
     def update(self, state: PolicyState) -> None:
         self._handover.adopt(state)
 
+    def exploration_state(self) -> dict[str, Any]:
+        return {"rng": self._rng.bit_generator.state}
+
+    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
+        self._rng.bit_generator.state = state["rng"]
+
     def to(self, device: torch.device | str) -> "TD3Policy":
         self.actor.to(device)
         self.scale.to(device)

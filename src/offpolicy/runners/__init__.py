@@ -7,6 +7,7 @@ from offpolicy.runners.core import EnvRunner, EnvRunnerError, EnvSession, TimeSt
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner, SingleEnvRunner
 from offpolicy.runners.processes import ProcessMultiEnvRunner
 from offpolicy.runners.threaded import AsyncEnvRunner, MultiEnvRunner
+from offpolicy.runners.watchdog import EnvTimeoutError, HangWatchdog
 
 __all__ = [
     "AsyncEnvRunner",
@@ -15,6 +16,8 @@ __all__ = [
     "make_evaluation_runner",
     "EnvRunnerError",
     "EnvSession",
+    "EnvTimeoutError",
+    "HangWatchdog",
     "InProcessMultiEnvRunner",
     "MultiEnvRunner",
     "ProcessMultiEnvRunner",
@@ -24,20 +27,34 @@ __all__ = [
 
 
 def make_collection_runner(
-    backend: str, factory: EnvFactory, seeds: list[int], policy: Policy, autobatch_size: int
+    backend: str,
+    factory: EnvFactory,
+    seeds: list[int],
+    policy: Policy,
+    autobatch_size: int,
+    watchdog: HangWatchdog | None = None,
 ) -> EnvRunner:
-    """The multi-env runner of the chosen backend (`OffPolicyConfig.backend`)."""
+    """The multi-env runner of the chosen backend (`OffPolicyConfig.backend`).
+
+    `watchdog` carries the env timeout: in-process envs are interrupted by it,
+    the other backends wait for steps at most that long.
+    """
+    timeout = watchdog.timeout if watchdog is not None else 0.0
     if backend == "inprocess":
-        return InProcessMultiEnvRunner(factory, seeds, policy, autobatch_size)
+        return InProcessMultiEnvRunner(factory, seeds, policy, autobatch_size, watchdog=watchdog)
     if backend == "threads":
-        return MultiEnvRunner(factory, seeds, InferenceServer(policy, min(autobatch_size, len(seeds))))
+        server = InferenceServer(policy, min(autobatch_size, len(seeds)))
+        return MultiEnvRunner(factory, seeds, server, env_timeout=timeout)
     if backend == "processes":
-        return ProcessMultiEnvRunner(factory, seeds, policy, autobatch_size)
+        return ProcessMultiEnvRunner(factory, seeds, policy, autobatch_size, env_timeout=timeout)
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def make_evaluation_runner(backend: str, factory: EnvFactory, seed: int, policy: Policy) -> EnvRunner:
+def make_evaluation_runner(
+    backend: str, factory: EnvFactory, seed: int, policy: Policy, watchdog: HangWatchdog | None = None
+) -> EnvRunner:
     """Deterministic whole episodes: an async runner with a one-slot server, or a direct one in-process."""
     if backend == "threads":
-        return AsyncEnvRunner(factory, InferenceServer(policy, 1), seed, deterministic=True)
-    return SingleEnvRunner(factory, policy, seed, deterministic=True)
+        timeout = watchdog.timeout if watchdog is not None else 0.0
+        return AsyncEnvRunner(factory, InferenceServer(policy, 1), seed, deterministic=True, env_timeout=timeout)
+    return SingleEnvRunner(factory, policy, seed, deterministic=True, watchdog=watchdog)

@@ -6,10 +6,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import time
+
 import numpy as np
 import torch
 
-from offpolicy.envs import EnvFactory
+from offpolicy.envs import EnvFactory, check_observation, describe_env_failure
 from offpolicy.policy import PolicyState
 
 
@@ -44,21 +46,44 @@ class EnvRunnerError(RuntimeError):
 
 
 class EnvSession:
-    """One environment and its running episode, reset automatically at episode end."""
+    """One environment and its running episode, reset automatically at episode end.
+
+    `busy_since` is the monotonic time the current `step()` or `reset()` began
+    (0 when idle), so a watchdog can name an env that hangs.
+    """
 
     def __init__(self, factory: EnvFactory, env_id: int, seed: int) -> None:
         self.env_id = env_id
         self.env = factory()
+        self.observation_shape = self.env.observation_space.shape
+        self.steps = 0
+        self.busy_since = 0.0
+        self.call = "reset()"
         self.env.action_space.seed(seed)
-        self.observation, _ = self.env.reset(seed=seed)
+        self.observation = self._checked(self.env.reset(seed=seed)[0])
         self.episode_length = 0
         self.episode_return = 0.0
 
+    def _checked(self, observation: Any) -> Any:
+        try:
+            check_observation(observation, self.observation_shape, self.call)
+        except ValueError as error:
+            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from None
+        return observation
+
     def step(self, action: Any, context: dict[str, float]) -> TimeStep:
+        self.call = "step()"
+        self.busy_since = time.monotonic()
         try:
             next_observation, reward, terminated, truncated, _ = self.env.step(action)
+        except EnvRunnerError:
+            raise
         except Exception as error:
-            raise EnvRunnerError(f"environment {self.env_id} failed in step(): {error!r}") from error
+            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from error
+        finally:
+            self.busy_since = 0.0
+        self.steps += 1
+        self._checked(next_observation)
         reward = float(reward)
         self.episode_length += 1
         self.episode_return += reward
@@ -82,7 +107,17 @@ class EnvSession:
 
     def restart(self) -> None:
         """Begin a fresh episode (the env's generator continues, so episodes differ)."""
-        self.observation, _ = self.env.reset()
+        self.call = "reset()"
+        self.busy_since = time.monotonic()
+        try:
+            observation, _ = self.env.reset()
+        except EnvRunnerError:
+            raise
+        except Exception as error:
+            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from error
+        finally:
+            self.busy_since = 0.0
+        self.observation = self._checked(observation)
         self.episode_length = 0
         self.episode_return = 0.0
 

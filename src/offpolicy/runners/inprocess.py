@@ -15,16 +15,27 @@ import torch
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
 from offpolicy.runners.core import EnvRunner, EnvSession, TimeStep, collect_episodes, whole_episodes
+from offpolicy.runners.watchdog import HangWatchdog
 
 
 class SingleEnvRunner(EnvRunner):
     """One env, the policy called directly (the seed's single runner); used for evaluation."""
 
-    def __init__(self, factory: EnvFactory, policy: Policy, seed: int, deterministic: bool) -> None:
+    def __init__(
+        self,
+        factory: EnvFactory,
+        policy: Policy,
+        seed: int,
+        deterministic: bool,
+        watchdog: HangWatchdog | None = None,
+    ) -> None:
+        """A `watchdog` interrupts an env call that hangs (see `runners.watchdog`)."""
         self.policy = policy
         self.device = policy.device
         self.deterministic = deterministic
         self.session = EnvSession(factory, 0, seed)
+        if watchdog is not None:
+            watchdog.watch([self.session])
 
     def _step(self) -> TimeStep:
         observation = torch.as_tensor(self.session.observation[None], device=self.device)
@@ -66,12 +77,16 @@ class InProcessMultiEnvRunner(EnvRunner):
         policy: Policy,
         autobatch_size: int,
         deterministic: bool = False,
+        watchdog: HangWatchdog | None = None,
     ) -> None:
+        """A `watchdog` interrupts an env call that hangs (see `runners.watchdog`)."""
         self.policy = policy
         self.device = policy.device
         self.autobatch_size = autobatch_size
         self.deterministic = deterministic
         self.sessions = [EnvSession(factory, env_id, seed) for env_id, seed in enumerate(seeds)]
+        if watchdog is not None:
+            watchdog.watch(self.sessions)
         self._owed: deque[int] = deque(range(len(seeds)))
         self._ready: deque[TimeStep] = deque()
         self._step_owed()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from collections import deque
 from multiprocessing.connection import wait
 from typing import Any
@@ -28,6 +29,7 @@ from offpolicy._env_worker import allocate, work
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, TimeStep, whole_episodes
+from offpolicy.runners.watchdog import EnvTimeoutError
 
 START_TIMEOUT_S = 120.0
 
@@ -48,10 +50,13 @@ class ProcessMultiEnvRunner(EnvRunner):
         autobatch_size: int,
         num_workers: int | None = None,
         start_method: str = "spawn",
+        env_timeout: float = 0.0,
     ) -> None:
+        """`env_timeout` > 0 bounds the wait for a step (seconds); the env still stepping is named."""
         self.policy = policy
         self.device = policy.device
         self.autobatch_size = autobatch_size
+        self.env_timeout = env_timeout
         num_envs = len(seeds)
         probe = factory()
         try:
@@ -86,6 +91,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         self._actions: list[Any] = [None] * num_envs
         self._contexts: list[dict[str, float]] = [{} for _ in range(num_envs)]
         self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._steps = np.zeros(num_envs, dtype=np.int64)
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._pending: list[int] = []
         self._stepping: set[int] = set()
@@ -109,7 +115,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         sentinels = {process.sentinel: index for index, process in enumerate(self._processes)}
         readable = wait(self._connections + list(sentinels), timeout)
         if not readable:
-            raise EnvRunnerError(f"no environment worker answered within {timeout:.0f} s")
+            raise EnvTimeoutError(f"no environment worker answered within {timeout:.0f} s")
         messages = []
         for item in readable:
             if item in sentinels:
@@ -122,9 +128,19 @@ class ProcessMultiEnvRunner(EnvRunner):
             except (EOFError, OSError):
                 self._worker_died(index)
             if kind == "error":
-                raise EnvRunnerError(f"environment {payload} failed in its worker process: {rest[0].splitlines()[0]}")
+                error = EnvRunnerError(f"{payload} (in a worker process)")
+                error.worker_traceback = rest[0]
+                raise error
             messages.append((kind, payload))
         return messages
+
+    def _hang_error(self) -> EnvTimeoutError:
+        busy = [int(env_id) for env_id in np.flatnonzero(self.arrays["busy"])] or sorted(self._stepping)
+        env_id = busy[0] if busy else -1
+        return EnvTimeoutError(
+            f"environment {env_id} did not finish a step within {self.env_timeout:g} s "
+            f"(at its step {self._steps[env_id] + 1:,}); it hangs, or its steps are slower than --env-timeout allows"
+        )
 
     def _worker_died(self, index: int) -> None:
         envs = sorted(e for e, w in self._worker_of.items() if w == index)
@@ -134,7 +150,11 @@ class ProcessMultiEnvRunner(EnvRunner):
         )
 
     def _collect(self) -> None:
-        for kind, env_ids in self._receive_messages():
+        try:
+            messages = self._receive_messages(timeout=self.env_timeout or None)
+        except EnvTimeoutError:
+            raise self._hang_error() from None
+        for kind, env_ids in messages:
             if kind != "stepped":
                 continue
             arrays = self.arrays
@@ -143,6 +163,7 @@ class ProcessMultiEnvRunner(EnvRunner):
                 terminated = bool(arrays["terminated"][env_id])
                 truncated = bool(arrays["truncated"][env_id])
                 self._lengths[env_id] += 1
+                self._steps[env_id] += 1
                 self._returns[env_id] += reward
                 self._ready.append(
                     TimeStep(
@@ -209,16 +230,22 @@ class ProcessMultiEnvRunner(EnvRunner):
         return self.policy.state()
 
     def close(self) -> None:
+        """Ask every worker to leave; one that does not within 2 s (a hung env) is terminated, then killed."""
         for connection in self._connections:
             try:
                 connection.send(None)
             except OSError:
                 pass
+        deadline = time.monotonic() + 2.0
         for process in self._processes:
-            process.join(timeout=5)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self._processes:
             if process.is_alive():
                 process.terminate()
-                process.join(timeout=5)
+                process.join(timeout=2)
+            if process.is_alive():
+                process.kill()
+                process.join()
         for connection in self._connections:
             connection.close()
         self._connections = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Union
 
 from offpolicy.envs import EnvFactory
@@ -27,6 +28,7 @@ from offpolicy.runners.core import (
     collect_episodes,
     whole_episodes,
 )
+from offpolicy.runners.watchdog import EnvTimeoutError, hang_message, hung_session
 
 _STOP = object()
 
@@ -42,8 +44,22 @@ Output = Union[TimeStep, _WorkerFailure]
 
 def _unwrap(item: Output) -> TimeStep:
     if isinstance(item, _WorkerFailure):
-        raise EnvRunnerError(f"environment {item.env_id} worker failed: {item.error}") from item.error
+        if isinstance(item.error, EnvRunnerError):
+            raise item.error
+        raise EnvRunnerError(f"environment {item.env_id} worker failed: {item.error!r}") from item.error
     return item
+
+
+def _next_output(output: "queue.SimpleQueue[Output]", runners: list["AsyncEnvRunner"], timeout: float) -> TimeStep:
+    """The next timestep from any of `runners`, or an error naming the env that hangs past `timeout`."""
+    try:
+        return _unwrap(output.get(timeout=timeout or None))
+    except queue.Empty:
+        sessions = [r.session for r in runners if r.session is not None]
+        stuck = hung_session(sessions, timeout) or next((s for s in sessions if s.busy_since), None)
+        if stuck is None:
+            raise EnvTimeoutError(f"no environment finished a step within {timeout:g} s") from None
+        raise EnvTimeoutError(hang_message(stuck, timeout)) from None
 
 
 class AsyncEnvRunner(EnvRunner):
@@ -61,8 +77,11 @@ class AsyncEnvRunner(EnvRunner):
         env_id: int = 0,
         deterministic: bool = False,
         output: "queue.SimpleQueue[Output] | None" = None,
+        env_timeout: float = 0.0,
     ) -> None:
         self.server = server
+        self.env_timeout = env_timeout
+        self.session: EnvSession | None = None
         self.device = server.policy.device
         self.env_id = env_id
         self.deterministic = deterministic
@@ -81,7 +100,7 @@ class AsyncEnvRunner(EnvRunner):
         active = False
         session: EnvSession | None = None
         try:
-            session = EnvSession(self._factory, self.env_id, self._seed)
+            session = self.session = EnvSession(self._factory, self.env_id, self._seed)
             while True:
                 try:
                     job = self._jobs.get_nowait()
@@ -111,7 +130,7 @@ class AsyncEnvRunner(EnvRunner):
                 session.close()
 
     def _next(self) -> TimeStep:
-        return _unwrap(self.output.get())
+        return _next_output(self.output, [self], self.env_timeout)
 
     def run_steps(self, count: int) -> list[TimeStep]:
         self.request_steps(count)
@@ -136,17 +155,20 @@ class AsyncEnvRunner(EnvRunner):
         """Ask the worker to leave once its current job is done."""
         self._jobs.put(_STOP)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker; a thread stuck in a hung env cannot be killed and is left as a daemon."""
         self.stop()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=timeout)
 
 
 class MultiEnvRunner(EnvRunner):
     """`len(seeds)` async runners sharing one inference server, each kept one step ahead."""
 
-    def __init__(self, factory: EnvFactory, seeds: list[int], server: InferenceServer) -> None:
+    def __init__(self, factory: EnvFactory, seeds: list[int], server: InferenceServer, env_timeout: float = 0.0) -> None:
+        """`env_timeout` > 0 bounds the wait for a step (seconds); the env still stepping is named."""
         self.server = server
         self.device = server.policy.device
+        self.env_timeout = env_timeout
         self._output: queue.SimpleQueue[Output] = queue.SimpleQueue()
         self.runners = [
             AsyncEnvRunner(factory, server, seed, env_id, output=self._output)
@@ -158,7 +180,7 @@ class MultiEnvRunner(EnvRunner):
     def run_steps(self, count: int) -> list[TimeStep]:
         timesteps = []
         for _ in range(count):
-            timestep = _unwrap(self._output.get())
+            timestep = _next_output(self._output, self.runners, self.env_timeout)
             timesteps.append(timestep)
             self.runners[timestep.env_id].request_steps(1)
         return timesteps
@@ -175,5 +197,6 @@ class MultiEnvRunner(EnvRunner):
     def close(self) -> None:
         for runner in self.runners:
             runner.stop()
+        deadline = time.monotonic() + 2.0
         for runner in self.runners:
-            runner.close()
+            runner.close(timeout=max(0.0, deadline - time.monotonic()))
