@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import dataclasses
 import inspect
 import json
@@ -17,7 +18,7 @@ import textwrap
 import traceback
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from offpolicy.agents import AGENTS
 from offpolicy.checkpoint import CheckpointError, NonFiniteStateError
@@ -69,13 +70,31 @@ def _add_fields(group: Any, cls: type, names: Sequence[str], defaults: dict[str,
                            help=docs.get(name, "") + shown)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """Usage mistakes get one line naming the problem and where help is, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        unknown = message.split("unrecognized arguments: ", 1)[-1].split()[0] if "unrecognized" in message else ""
+        close = difflib.get_close_matches(unknown, self._every_option(), n=1) if unknown.startswith("--") else []
+        hint = f"did you mean {close[0]}? " if close else ""
+        self.exit(EXIT_ERROR, f"offpolicy: error: {message} ({hint}see: {self.prog} --help)\n")
+
+    def _every_option(self) -> list[str]:
+        parsers = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+        return [option for parser in parsers for option in parser._option_string_actions]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="offpolicy", description="Train off-policy RL agents, fast.")
+    parser = OneLineErrors(prog="offpolicy", description="Train off-policy RL agents, fast.", allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     base = preset("dqn-cartpole")
     train = commands.add_parser(
         "train",
+        allow_abbrev=False,  # a misspelt option is an error, never silently another option
         help="train an agent",
         description="Train an agent. Settings come from the tuned preset for the agent and env "
         "(or --preset), then from the options given. Defaults shown are the bare `offpolicy train` ones.",
@@ -188,7 +207,7 @@ def _changed_options(args: argparse.Namespace) -> list[str]:
     names.append("save_buffer")
     for spec in AGENTS.values():
         names += [f.name for f in dataclasses.fields(spec.config_class)]
-    return [_option(n) for n in names if getattr(args, n, None) is not None]
+    return [_option(n) for n in dict.fromkeys(names) if getattr(args, n, None) is not None]
 
 
 def announce(run_dir: Path):
@@ -250,7 +269,10 @@ def command_presets(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already printed on one line
+        return int(done.code or 0)
     try:
         if args.command == "train":
             return command_train(args)

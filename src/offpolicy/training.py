@@ -60,6 +60,21 @@ def new_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
     return path
 
 
+def check_device(name: str, option: str) -> torch.device:
+    """The torch device `name`, or a clear error when it is unknown or absent on this machine."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{option} {name!r} is not a torch device; use cpu, cuda, cuda:1, mps, ...") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{option} is {name!r}, but torch {torch.__version__} sees no CUDA GPU here; use cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{option} is {name!r}, but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{option} is {name!r}, but MPS is not available here; use cpu")
+    return device
+
+
 def prepare_run_dir(run_dir: Path) -> Path:
     """Create the run directory, or explain why it cannot be used."""
     run_dir = Path(run_dir)
@@ -74,6 +89,8 @@ def prepare_run_dir(run_dir: Path) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(f"cannot create run directory {run_dir}: {error.strerror}") from error
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError(f"run directory {run_dir} is not writable; pick another --run-dir")
     return run_dir
 
 
@@ -114,13 +131,15 @@ def train(
         run_dir = Path(run_dir)
         config = config or load_run_config(run_dir)
     config = config or RunConfig()
+    device = check_device(config.device, "device")
+    inference_device = check_device(config.inference_device, "inference_device") if config.inference_device else device
     factory = make_env_factory(env if env is not None else config.env)
     observation_space, action_space = probe_spaces(factory)
 
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     learner = make_learner(
-        config.agent, observation_space, action_space, config.hyperparameters, config.device, config.seed
+        config.agent, observation_space, action_space, config.hyperparameters, device, config.seed
     )
 
     starting_step = 0
@@ -153,7 +172,7 @@ def train(
         events=events,
         interrupter=interrupter,
         checkpointer=checkpointer,
-        inference_device=torch.device(config.inference_device or config.device),
+        inference_device=inference_device,
         seed=config.seed,
         env_timeout=config.env_timeout,
         save_buffer=config.save_buffer,
