@@ -113,3 +113,55 @@ def test_config_file_reproduces_a_run_and_names_unknown_keys(tmp_path):
     toml.write_text('agent = "dqn"\nenv = "CartPole-v1"\nnum_steps = 100\n[strategy]\nnum_envz = 2\n')
     bad = run("train", "--config", str(toml))
     assert bad.returncode == 2 and "unknown key 'num_envz'" in bad.stderr
+
+
+def child_pids(pid):
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc to find worker processes")
+def test_kill_9_mid_run_leaves_no_workers_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [OFFPOLICY, "train", "--num-steps", "200000", "--eval-interval", "500", "--eval-episodes", "1",
+         "--backend", "processes", "--num-envs", "4", "--autobatch-size", "2", "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+    )
+    index = run_dir / "checkpoints" / "index.json"
+    deadline = time.time() + 90
+    while time.time() < deadline and not (index.exists() and json.loads(index.read_text())["latest"] >= 1000):
+        time.sleep(0.1)
+    workers = child_pids(process.pid)
+    assert workers, "the processes backend started no workers"
+    process.kill()
+    process.wait()
+    with open(run_dir / "metrics" / "train.jsonl", "a") as log:
+        log.write('{"event": "episode", "st')  # a row cut short by the kill
+    deadline = time.time() + 15
+    while any(alive(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers), "workers outlived their killed trainer"
+
+    latest = json.loads(index.read_text())["latest"]
+    resumed = run("train", "--resume", str(run_dir), "--num-steps", str(latest + 1000), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    eval_steps = [json.loads(line)["step"] for line in (run_dir / "metrics" / "eval.jsonl").read_text().splitlines()]
+    assert eval_steps == sorted(set(eval_steps)) and eval_steps[-1] == latest + 1000
+    for line in (run_dir / "metrics" / "train.jsonl").read_text().splitlines():
+        json.loads(line)

@@ -195,12 +195,22 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def truncate_metrics(directory: Path, step: int) -> None:
-    """Drop metric rows logged after `step`, so a resumed run neither repeats nor skips rows."""
+    """Drop metric rows logged after `step`, so a resumed run neither repeats nor skips rows.
+
+    A row cut short by a killed process is dropped too.
+    """
+
+    def keep(line: str) -> bool:
+        try:
+            return json.loads(line).get("step", 0) <= step
+        except ValueError:
+            return False
+
     for path in directory.glob("*.jsonl"):
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
-        if len(kept) != len(lines):
-            path.write_text("".join(kept), encoding="utf-8")
+        kept = [line if line.endswith("\n") else line + "\n" for line in lines if keep(line)]
+        if kept != lines:
+            write_atomically(path, "".join(kept))
 
 
 __all__ = ["TrainResult", "train", "load_run_config"]
