@@ -165,3 +165,22 @@ def test_kill_9_mid_run_leaves_no_workers_and_resumes(tmp_path):
     assert eval_steps == sorted(set(eval_steps)) and eval_steps[-1] == latest + 1000
     for line in (run_dir / "metrics" / "train.jsonl").read_text().splitlines():
         json.loads(line)
+
+
+def test_sigterm_stops_with_a_checkpoint_and_its_own_exit_code(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [OFFPOLICY, "train", "--num-steps", "200000", "--eval-interval", "500", "--eval-episodes", "1",
+         "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    index = run_dir / "checkpoints" / "index.json"
+    deadline = time.time() + 60
+    while not index.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    assert "Interrupted (SIGTERM received)" in out
+    stopped_at = json.loads(index.read_text())["latest"]
+    assert f"Stopped: {stopped_at:,} steps" in out

@@ -130,3 +130,13 @@ def test_run_dir_problems(tmp_path):
         train(small_config(), run_dir=tmp_path / "used", quiet=True)
     with pytest.raises(CheckpointError, match="not a run directory"):
         train(run_dir=tmp_path / "empty", resume=True)
+
+
+def test_a_failing_callback_stops_the_run_cleanly_and_is_reported(tmp_path):
+    def broken(event, stats):
+        if isinstance(event, StepsCollected) and event.step >= 100:
+            raise OSError(28, "No space left on device")
+
+    result = train(small_config(), run_dir=tmp_path / "run", quiet=True, callbacks=[broken])
+    assert isinstance(result.failure, OSError) and "No space left" in result.interrupted
+    assert Checkpointer(tmp_path / "run" / "checkpoints").latest.step == result.stats.step < 600

@@ -33,6 +33,9 @@ EXIT_ERROR = 2
 EXIT_RUN_FAILED = 3
 """The run started but could not go on (an env failed or hung, training diverged); its last checkpoint is intact."""
 EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (SIGINT); a final checkpoint was written unless Ctrl-C came twice."""
+EXIT_TERMINATED = 143
+"""Stopped by SIGTERM (e.g. a job scheduler); a final checkpoint was written."""
 RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout")
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 RUN_FAILURES = (EnvRunnerError, NonFiniteStateError)
@@ -253,9 +256,13 @@ def command_train(args: argparse.Namespace) -> int:
         f"({stats.steps_per_second:,.0f} steps/s), {stats.episodes:,} episodes, {stats.train_steps:,} updates; "
         f"evaluation return: last {last}, best {best}"
     )
+    if result.failure is not None:
+        print(f"offpolicy: error: {result.failure} (the run stopped with a checkpoint; fix it and continue with: "
+              f"offpolicy train --resume {result.run_dir})", file=sys.stderr)
+        return EXIT_RUN_FAILED
     if result.interrupted:
         print(f"Interrupted ({result.interrupted}). Continue with: offpolicy train --resume {result.run_dir}")
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if result.interrupted.startswith("SIGTERM") else EXIT_INTERRUPTED
     return 0
 
 

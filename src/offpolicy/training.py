@@ -47,6 +47,8 @@ class TrainResult:
     stats: RunStats
     interrupted: str | None
     """The stop reason if the run ended before `num_steps`, else None."""
+    failure: BaseException | None = None
+    """The error that stopped the run cleanly (e.g. a metrics sink or callback that raised), if any."""
 
 
 def new_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
@@ -185,7 +187,7 @@ def train(
     finally:
         stopped = interrupter.reason if events.stats.step < config.num_steps else None
         events.process_train(TrainingEnded(events.stats.step, stopped))
-    return TrainResult(policy, learner, run_dir, events.stats, stopped)
+    return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error)
 
 
 def write_atomically(path: Path, text: str) -> None:
