@@ -24,6 +24,9 @@ _PUBLIC = {
     "Interrupter": "offpolicy.interrupt",
     "TrainResult": "offpolicy.training",
     "train": "offpolicy.training",
+    "evaluate_policy": "offpolicy.evaluation",
+    "load_policy": "offpolicy.evaluation",
+    "save_policy": "offpolicy.evaluation",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -1,4 +1,4 @@
-"""The `offpolicy` command: `train`, `presets`.
+"""The `offpolicy` command: `train`, `eval`, `plot`, `presets`.
 
 Every config field is an option spelled like the field (`--num-envs`,
 `--train-steps`, ...), documented from the field's own docstring, so the
@@ -112,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="print only the run directory and the summary")
     train.add_argument("--save-buffer", action="store_const", const=True, default=None,
                        help=field_docs(RunConfig)["save_buffer"])
+    train.add_argument("--tensorboard", action="store_const", const=True, default=None,
+                       help=field_docs(RunConfig)["tensorboard"])
+    train.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                       help="train once per seed, one after another, into RUN_DIR/s<SEED> "
+                       "(RUN_DIR from --run-dir or made up), then print a table of the results")
     train.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
     run_defaults = {**dataclasses.asdict(RunConfig()), **base}
@@ -134,6 +139,30 @@ def build_parser() -> argparse.ArgumentParser:
         _add_fields(train.add_argument_group(f"{agent} hyperparameters"), spec.config_class, own, defaults)
 
     commands.add_parser("presets", help="list the named presets")
+
+    evaluate = commands.add_parser(
+        "eval", allow_abbrev=False, help="evaluate a trained policy, optionally recording a video",
+        description="Run deterministic episodes with a run's checkpoint (or a saved policy) and print the "
+        "mean and spread of the return.")
+    evaluate.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory or a saved policy folder")
+    evaluate.add_argument("--checkpoint", default="best", help="best (default: highest evaluation return), last, or a step")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    evaluate.add_argument("--video", type=Path, metavar="FILE",
+                          help="also record episodes to FILE (.mp4; a .gif when no video encoder is installed)")
+    evaluate.add_argument("--video-episodes", type=int, default=1, help="episodes in the video (default: 1)")
+    evaluate.add_argument("--device", default="cpu", help="device to act on (default: cpu)")
+    evaluate.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+
+    plot = commands.add_parser(
+        "plot", allow_abbrev=False, help="draw learning curves of one or several runs",
+        description="Draw training and evaluation return against environment steps. Runs sharing a config "
+        "but the seed are drawn as their mean with the min-max spread. A folder of runs (from --seeds) "
+        "stands for all of them.")
+    plot.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    plot.add_argument("-o", "--output", type=Path, default=Path("curves.png"), help="image file (default: curves.png)")
+    plot.add_argument("--title", help="a title above the plots")
+    plot.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     return parser
 
 
@@ -187,7 +216,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         values["agent"], values["env"] = agent, env
     if values["agent"] not in AGENTS:
         raise ConfigError(f"unknown agent {values['agent']!r}; available: {', '.join(AGENTS)}")
-    for field in (*RUN_OPTIONS, "save_buffer"):
+    for field in (*RUN_OPTIONS, "save_buffer", "tensorboard"):
         if getattr(args, field) is not None:
             values[field] = getattr(args, field)
     for f in dataclasses.fields(OffPolicyConfig):
@@ -207,7 +236,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 
 def _changed_options(args: argparse.Namespace) -> list[str]:
     names = [f.name for f in dataclasses.fields(OffPolicyConfig)] + [n for n in RUN_OPTIONS if n != "num_steps"]
-    names.append("save_buffer")
+    names += ["save_buffer", "tensorboard"]
     for spec in AGENTS.values():
         names += [f.name for f in dataclasses.fields(spec.config_class)]
     return [_option(n) for n in dict.fromkeys(names) if getattr(args, n, None) is not None]
@@ -235,19 +264,25 @@ def command_train(args: argparse.Namespace) -> int:
                 f"--resume continues with the run's stored config; {', '.join(changed)} cannot change "
                 "(only --num-steps may, to extend the run)"
             )
-        if args.agent or args.env:
-            raise ConfigError("--resume continues the stored run; give no agent or env")
+        if args.agent or args.env or args.seeds:
+            raise ConfigError("--resume continues the stored run; give no agent, env or --seeds")
         config = load_run_config(args.resume)
         if args.num_steps is not None:
             config = dataclasses.replace(config, num_steps=args.num_steps)
         result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet, callbacks=[announce(args.resume)])
     else:
         config = resolve_config(args)
+        if args.seeds:
+            return train_seeds(config, args)
         from offpolicy.training import new_run_dir
 
         run_dir = args.run_dir or new_run_dir(config)
         result = train(config, run_dir=run_dir, quiet=args.quiet, callbacks=[announce(run_dir)])
+    return report(result)
 
+
+def report(result: Any) -> int:
+    """Print a run's summary line and return the command's exit code."""
     stats = result.stats
     best = "-" if stats.best_eval_return is None else f"{stats.best_eval_return:.1f} at step {stats.best_eval_step:,}"
     last = "-" if stats.last_eval_return is None else f"{stats.last_eval_return:.1f}"
@@ -266,6 +301,71 @@ def command_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_seeds(config: RunConfig, args: argparse.Namespace) -> int:
+    """`--seeds`: one run per seed into sibling folders, then a table; stops at the first run that does not finish."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from offpolicy.training import new_run_dir, train
+
+    if args.seed is not None:
+        raise ConfigError("give either --seed or --seeds, not both")
+    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        raise ConfigError(f"--seeds must be distinct non-negative integers, got {' '.join(map(str, args.seeds))}")
+    parent = args.run_dir or new_run_dir(config, tag="seeds")
+    table = Table("seed", "steps", "last eval", "best eval", "at step", "time (s)", "run directory",
+                  title=f"{config.agent} on {config.env}, {len(args.seeds)} seeds")
+    bests = []
+    for seed in args.seeds:
+        run_dir = Path(parent) / f"s{seed}"
+        result = train(dataclasses.replace(config, seed=seed), run_dir=run_dir, quiet=args.quiet,
+                       callbacks=[announce(run_dir)])
+        code = report(result)
+        stats = result.stats
+        table.add_row(str(seed), f"{stats.step:,}", _shown(stats.last_eval_return), _shown(stats.best_eval_return),
+                      "-" if stats.best_eval_step is None else f"{stats.best_eval_step:,}", f"{stats.elapsed:.0f}",
+                      str(run_dir))
+        if stats.best_eval_return is not None:
+            bests.append(stats.best_eval_return)
+        if code != 0:
+            return code
+    if bests:
+        table.caption = f"best evaluation return: mean {sum(bests) / len(bests):.1f}, min {min(bests):.1f}, max {max(bests):.1f}"
+    Console(width=max(100, Console().width)).print(table)
+    print(f"Plot them with: offpolicy plot {parent} -o curves.png")
+    return 0
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    from offpolicy.evaluation import describe_checkpoint, evaluate_policy, load_policy, record_video
+    from offpolicy.training import check_device
+
+    check_device(args.device, "--device")
+    for name in ("episodes", "video_episodes"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"{_option(name)} must be at least 1, got {getattr(args, name)}")
+    loaded = load_policy(args.run_dir, args.checkpoint, device=args.device)
+    print(f"Policy: {describe_checkpoint(loaded)}")
+    result = evaluate_policy(loaded.policy, loaded.config.env, args.episodes, args.seed)
+    print(f"Evaluation on {loaded.config.env}, {result.summary()}")
+    if args.video is not None:
+        path, recorded, frames = record_video(loaded.policy, loaded.config.env, args.video, args.video_episodes, args.seed)
+        note = "" if path.suffix == args.video.suffix else " (no video encoder installed: pip install imageio-ffmpeg)"
+        print(f"Video: {path}{note}, {frames} frames, return {', '.join(f'{r:.1f}' for r in recorded.returns)}")
+    return 0
+
+
+def command_plot(args: argparse.Namespace) -> int:
+    from offpolicy.plotting import plot_runs
+
+    print(f"Plot: {plot_runs(args.run_dirs, args.output, args.title)}")
+    return 0
+
+
 def command_presets(args: argparse.Namespace) -> int:
     width = max(len(name) for name in PRESETS) + 2
     env_width = max(len(values["env"]) for values in PRESETS.values()) + 2
@@ -281,9 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help, or a usage error already printed on one line
         return int(done.code or 0)
     try:
-        if args.command == "train":
-            return command_train(args)
-        return command_presets(args)
+        commands = {"train": command_train, "eval": command_eval, "plot": command_plot, "presets": command_presets}
+        return commands[args.command](args)
     except USER_ERRORS + RUN_FAILURES as error:
         if getattr(args, "debug", False):
             traceback.print_exc()

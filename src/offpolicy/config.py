@@ -133,6 +133,8 @@ class RunConfig:
     """Latest checkpoints kept (the best by evaluation return is kept as well)."""
     save_buffer: bool = False
     """Also store the replay buffer in each checkpoint, so a resumed run keeps its experience (large)."""
+    tensorboard: bool = False
+    """Also log metrics as TensorBoard event files in RUN_DIR/tensorboard (pip install 'offpolicy[tensorboard]')."""
     env_timeout: float = 10.0
     """Seconds one environment step or reset may take before the run stops with an error naming the env
     (0: wait forever)."""
@@ -150,8 +152,9 @@ class RunConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if not isinstance(self.save_buffer, bool):
-            raise ConfigError(f"save_buffer must be true or false, got {self.save_buffer!r}")
+        for name in ("save_buffer", "tensorboard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) or not (
             0 <= self.env_timeout < float("inf")
         ):

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Sequence, Union
 
 import torch
 
@@ -182,7 +182,7 @@ class EventProcessor:
         elif isinstance(event, EvaluationEnded):
             stats.evaluations += 1
             stats.last_eval_return = event.mean_return
-            if stats.best_eval_return is None or event.mean_return > stats.best_eval_return:
+            if stats.best_eval_return is None or event.mean_return >= stats.best_eval_return:  # ties: the later, as the checkpointer
                 stats.best_eval_return = event.mean_return
                 stats.best_eval_step = event.step
         is_train_step = isinstance(event, TrainStep)
@@ -245,6 +245,57 @@ class MetricsLog:
             self._eval.close()
 
 
+class TensorBoardLog:
+    """Writes the same metrics as TensorBoard scalars to `RUN_DIR/tensorboard/`, under the usual names.
+
+    `rollout/ep_return`, `rollout/ep_length` and `rollout/exploration_rate` per
+    training episode, `train/<output>` (loss, q_values, ...) per training phase,
+    `eval/mean_return`, `eval/std_return`, `eval/mean_length` per evaluation and
+    `time/steps_per_second`; the x axis is the environment step.
+    """
+
+    wants_train_steps = False
+
+    def __init__(self, directory: Path, resumed_at: int | None = None) -> None:
+        """`resumed_at` drops events a killed run logged after its last checkpoint, as the JSON logs do."""
+        self._writer = tensorboard_writer_class()(log_dir=str(directory), purge_step=resumed_at)
+
+    def on_event(self, event: Event, stats: RunStats) -> None:
+        scalar = self._writer.add_scalar
+        if stats.closed_phase is not None:
+            for name, value in stats.closed_phase.items():
+                scalar(f"train/{name}", value, stats.closed_phase_step)
+        if isinstance(event, StepsCollected):
+            first_step = event.step - len(event.timesteps)
+            for index, timestep in enumerate(event.timesteps):
+                if timestep.done:
+                    step = first_step + index + 1
+                    scalar("rollout/ep_return", timestep.episode_return, step)
+                    scalar("rollout/ep_length", timestep.episode_length, step)
+                    if "exploration_rate" in timestep.context:
+                        scalar("rollout/exploration_rate", timestep.context["exploration_rate"], step)
+        elif isinstance(event, EvaluationEnded):
+            returns = event.returns
+            scalar("eval/mean_return", event.mean_return, event.step)
+            scalar("eval/std_return", float(torch.tensor(returns, dtype=torch.float64).std(unbiased=False)), event.step)
+            scalar("eval/mean_length", sum(event.lengths) / len(event.lengths), event.step)
+            scalar("time/steps_per_second", stats.steps_per_second, event.step)
+            self._writer.flush()
+        elif isinstance(event, TrainingEnded):
+            self._writer.close()
+
+
+def tensorboard_writer_class() -> Any:
+    """TensorBoard's writer class, or a clear error naming the extra to install."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        from offpolicy.config import ConfigError
+
+        raise ConfigError("TensorBoard logging needs the tensorboard package: pip install 'offpolicy[tensorboard]'") from None
+    return SummaryWriter
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -260,53 +311,111 @@ def status_line(stats: RunStats) -> str:
     )
 
 
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 40) -> str:
+    """The last `width` values as a row of block characters, lowest to highest."""
+    values = list(values)[-width:]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    if high - low < 1e-12:
+        return SPARK_BLOCKS[len(SPARK_BLOCKS) // 2] * len(values)
+    scale = (len(SPARK_BLOCKS) - 1) / (high - low)
+    return "".join(SPARK_BLOCKS[round((value - low) * scale)] for value in values)
+
+
 class ProgressDisplay:
-    """Live progress: a rich bar in a terminal, one plain line per evaluation otherwise."""
+    """Live progress: a dashboard in a terminal, one plain line per evaluation otherwise.
+
+    The dashboard is a progress bar (steps, speed, time left), a table of the
+    latest training and evaluation metrics, and sparklines of recent episode
+    returns and of every evaluation. It is redrawn from the trainer's thread at
+    most four times a second, so it costs nothing between redraws. Without a
+    terminal (CI, a log file) there are no control characters, only lines.
+    """
 
     wants_train_steps = False
+    REFRESH_S = 0.25
 
-    def __init__(self, quiet: bool = False, stream: Any = None) -> None:
+    def __init__(self, quiet: bool = False, stream: Any = None, live: bool | None = None) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stdout
-        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and not quiet
+        is_terminal = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.live = (is_terminal if live is None else live) and not quiet
+        self._live: Any = None
         self._progress: Any = None
         self._task: Any = None
         self._last_refresh = 0.0
+        self._episode_returns: deque[float] = deque(maxlen=60)
+        self._eval_returns: list[float] = []
 
     def on_event(self, event: Event, stats: RunStats) -> None:
         if self.quiet:
             return
-        if isinstance(event, TrainingStarted) and self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]training"),
-                BarColumn(bar_width=20),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[status]}"),
-                TimeRemainingColumn(),
-                console=Console(file=self.stream),
-                refresh_per_second=4,
-            )
-            self._task = self._progress.add_task(
-                "train", total=event.total_steps, completed=event.start_step, status=""
-            )
-            self._progress.start()
-        elif isinstance(event, StepsCollected) and self._progress is not None:
-            now = time.perf_counter()
-            if now - self._last_refresh > 0.25:
-                self._last_refresh = now
-                self._progress.update(self._task, completed=stats.step, status=status_line(stats).split(" | ", 1)[1])
+        if isinstance(event, StepsCollected):
+            self._episode_returns.extend(t.episode_return for t in event.timesteps if t.done)
         elif isinstance(event, EvaluationEnded):
-            if self._progress is not None:
-                self._progress.console.print(status_line(stats))
-            else:
+            self._eval_returns.append(event.mean_return)
+        if not self.live:
+            if isinstance(event, EvaluationEnded):
                 print(status_line(stats), file=self.stream, flush=True)
-        elif isinstance(event, TrainingEnded) and self._progress is not None:
+            return
+        if isinstance(event, TrainingStarted):
+            self._start(event)
+        elif self._live is None:
+            return
+        now = time.perf_counter()
+        if isinstance(event, (EvaluationEnded, TrainingEnded)) or now - self._last_refresh > self.REFRESH_S:
+            self._last_refresh = now
             self._progress.update(self._task, completed=stats.step)
-            self._progress.stop()
-            self._progress = None
+            self._live.update(self._dashboard(stats), refresh=True)
+        if isinstance(event, TrainingEnded):
+            self._live.stop()
+            self._live = None
+
+    def _start(self, event: TrainingStarted) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        console = Console(file=self.stream, force_terminal=True)
+        self._progress = Progress(
+            TextColumn("[bold]training"), BarColumn(bar_width=30), MofNCompleteColumn(), TaskProgressColumn(),
+            TextColumn("•"), TimeRemainingColumn(), console=console,
+        )
+        self._task = self._progress.add_task("train", total=event.total_steps, completed=event.start_step)
+        self._live = Live(console=console, auto_refresh=False, transient=False)
+        self._live.start()
+
+    def _dashboard(self, stats: RunStats) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table.grid(padding=(0, 3))
+        for _ in range(4):
+            table.add_column()
+        best = "-" if stats.best_eval_return is None else f"{stats.best_eval_return:,.1f} at step {stats.best_eval_step:,}"
+        cells = [
+            ("steps/s", f"{stats.steps_per_second:,.0f}"),
+            ("episodes", f"{stats.episodes:,}"),
+            (f"return (last {len(stats.recent_returns)})", _fmt(stats.recent_return)),
+            ("updates", f"{stats.train_steps:,}"),
+            ("eval return", _fmt(stats.last_eval_return)),
+            ("best eval", best),
+        ]
+        if stats.exploration_rate is not None:
+            cells.append(("epsilon", f"{stats.exploration_rate:.3f}"))
+        cells.extend((name, _fmt(value, 4)) for name, value in stats.last_outputs.items())
+        if len(cells) % 2:
+            cells.append(("", ""))
+        for (name_a, value_a), (name_b, value_b) in zip(cells[::2], cells[1::2]):
+            table.add_row(f"[dim]{name_a}", value_a, f"[dim]{name_b}", value_b)
+        episodes = Text.assemble(("episode returns  ", "dim"), (sparkline(self._episode_returns, 60), "cyan"))
+        evaluations = Text.assemble(("eval returns     ", "dim"), (sparkline(self._eval_returns, 60), "green"))
+        return Group(self._progress, table, episodes, evaluations)
 
 
 class CallbackSink:

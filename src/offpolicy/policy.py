@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -62,6 +63,17 @@ class Policy(ABC):
     @abstractmethod
     def to(self, device: torch.device | str) -> "Policy":
         """Move to `device` and return self."""
+
+    def predict(self, observation: Any, deterministic: bool = True) -> Any:
+        """The action for one observation as the env returned it, ready for `env.step`.
+
+        The convenient call for using a trained policy (SB3's `model.predict`):
+        NumPy in, an int (discrete actions) or a NumPy array out, no gradients.
+        """
+        batch = torch.as_tensor(np.asarray(observation)[None], device=self.device)
+        with torch.no_grad():
+            action = self.act(batch, deterministic).actions[0].cpu().numpy()
+        return action.item() if action.ndim == 0 else action
 
     def set_env_steps(self, steps: int) -> None:
         """Tell the policy how many environment steps were taken so far.

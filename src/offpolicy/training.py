@@ -27,7 +27,9 @@ from offpolicy.events import (
     MetricsLog,
     ProgressDisplay,
     RunStats,
+    TensorBoardLog,
     TrainingEnded,
+    tensorboard_writer_class,
     TrainingStarted,
 )
 from offpolicy.interrupt import Interrupter, stop_on_signals
@@ -49,12 +51,21 @@ class TrainResult:
     """The stop reason if the run ended before `num_steps`, else None."""
     failure: BaseException | None = None
     """The error that stopped the run cleanly (e.g. a metrics sink or callback that raised), if any."""
+    config: RunConfig | None = None
+    """The config the run trained with."""
+
+    def save(self, directory: Path | str) -> Path:
+        """Write the trained policy and its config to `directory`; `offpolicy.load_policy` reads it back."""
+        from offpolicy.evaluation import save_policy
+
+        assert self.config is not None
+        return save_policy(self.policy, self.config, directory)
 
 
-def new_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
-    """`runs/<env>-<agent>-s<seed>-<time>`, unique."""
+def new_run_dir(config: RunConfig, root: Path = Path("runs"), tag: str | None = None) -> Path:
+    """`runs/<env>-<agent>-<tag>-<time>`, unique; the tag defaults to `s<seed>`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = root / f"{config.env}-{config.agent}-s{config.seed}-{stamp}"
+    base = root / f"{config.env}-{config.agent}-{tag or f's{config.seed}'}-{stamp}"
     path, suffix = base, 1
     while path.exists():
         suffix += 1
@@ -135,6 +146,8 @@ def train(
     config = config or RunConfig()
     device = check_device(config.device, "device")
     inference_device = check_device(config.inference_device, "inference_device") if config.inference_device else device
+    if save and config.tensorboard:
+        tensorboard_writer_class()  # a missing extra is reported before anything is written
     factory = make_env_factory(env if env is not None else config.env)
     observation_space, action_space = probe_spaces(factory)
 
@@ -162,6 +175,8 @@ def train(
             starting_step = latest.step
             truncate_metrics(run_dir / "metrics", starting_step)
         sinks.append(MetricsLog(run_dir / "metrics"))
+        if config.tensorboard:
+            sinks.append(TensorBoardLog(run_dir / "tensorboard", starting_step if resume else None))
     else:
         run_dir = None
     sinks.append(ProgressDisplay(quiet=quiet))
@@ -187,7 +202,7 @@ def train(
     finally:
         stopped = interrupter.reason if events.stats.step < config.num_steps else None
         events.process_train(TrainingEnded(events.stats.step, stopped))
-    return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error)
+    return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error, config)
 
 
 def write_atomically(path: Path, text: str) -> None:
