@@ -17,5 +17,7 @@ def test_python_api_snippet_runs(tmp_path, monkeypatch, capsys):
     result = namespace["result"]
     assert result.stats.step == 10_000 and result.stats.evaluations == 4
     assert (tmp_path / "runs" / "my-run" / "checkpoints" / "index.json").exists()
-    assert "evaluation return" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "evaluation return" in out and "10 episodes: mean return" in out
     assert namespace["reward"] == 1.0
+    assert (tmp_path / "my-policy" / "policy.safetensors").exists()
