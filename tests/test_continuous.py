@@ -1,5 +1,7 @@
 """SAC and TD3: spaces, action scaling, the maths of their updates, save and restore."""
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -141,3 +143,25 @@ def test_exploration_state_survives_a_checkpoint(tmp_path, learner, config):
     b = learner(OBS, ACTIONS, config(hidden=16), seed=1).policy()
     b.load_exploration_state(load_state(tmp_path, "exploration"))
     assert torch.equal(a.act(observations, False).actions, b.act(observations, False).actions)
+
+
+def test_lean_adam_matches_torch_adam_and_its_checkpoints():
+    from offpolicy.agents.continuous import LeanAdam
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    lean = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    lean.load_state_dict(reference.state_dict())
+    plain = torch.optim.Adam(reference.parameters(), lr=1e-2, fused=True)
+    fast = LeanAdam(lean.parameters(), 1e-2, torch.device("cpu"))
+    for step in range(30):
+        inputs = torch.randn(16, 3)
+        for model, optimizer in ((reference, plain), (lean, fast)):
+            optimizer.zero_grad(set_to_none=True)
+            model(inputs).pow(2).mean().backward()
+            optimizer.step()
+        if step == 10:  # a restored optimiser keeps stepping the same way
+            fast.load_state_dict(copy.deepcopy(plain.state_dict()))
+    for a, b in zip(reference.parameters(), lean.parameters()):
+        assert torch.equal(a, b)
+    assert fast.state_dict()["state"][0]["step"] == plain.state_dict()["state"][0]["step"] == 30

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from offpolicy.agents.continuous import adam
 from offpolicy.agents.fast_mlp import FastMLP, supports
 from offpolicy.buffer import TransitionBatch
 from offpolicy.envs import EnvError
@@ -178,8 +179,7 @@ class DQNLearner(PolicyLearner):
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.parameters = list(self.q_network.parameters())
         self.target_parameters = list(self.target_network.parameters())
-        fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(self.parameters, lr=config.lr, fused=fused)
+        self.optimizer = adam(self.parameters, config.lr, self.device)
         self._policy = DQNPolicy(self.q_network, num_actions, config, seed)
         self.updates = 0
         self._fast = fast_path and supports(self.q_network)
