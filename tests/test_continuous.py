@@ -146,14 +146,14 @@ def test_exploration_state_survives_a_checkpoint(tmp_path, learner, config):
 
 
 def test_lean_adam_matches_torch_adam_and_its_checkpoints():
-    from offpolicy.agents.continuous import LeanAdam
+    from offpolicy.agents.optim import LeanAdam
 
     torch.manual_seed(0)
     reference = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     lean = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     lean.load_state_dict(reference.state_dict())
     plain = torch.optim.Adam(reference.parameters(), lr=1e-2, fused=True)
-    fast = LeanAdam(lean.parameters(), 1e-2, torch.device("cpu"))
+    fast = LeanAdam(lean.parameters(), 1e-2)
     for step in range(30):
         inputs = torch.randn(16, 3)
         for model, optimizer in ((reference, plain), (lean, fast)):
@@ -165,3 +165,5 @@ def test_lean_adam_matches_torch_adam_and_its_checkpoints():
     for a, b in zip(reference.parameters(), lean.parameters()):
         assert torch.equal(a, b)
     assert fast.state_dict()["state"][0]["step"] == plain.state_dict()["state"][0]["step"] == 30
+    plain.load_state_dict(fast.state_dict())  # and the other way round
+    assert torch.equal(plain.state_dict()["state"][1]["exp_avg"], fast.exp_avgs[1])

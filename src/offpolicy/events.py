@@ -154,7 +154,8 @@ class EventProcessor:
         outputs, self._phase_outputs = self._phase_outputs, []
         if outputs:
             names = list(outputs[0])
-            means = torch.stack([torch.stack([o[n] for n in names]) for o in outputs]).float().mean(0)
+            values = torch.stack([output[name] for output in outputs for name in names])
+            means = values.view(len(outputs), len(names)).float().mean(0)
             self.stats.closed_phase = dict(zip(names, means.tolist()))
             self.stats.closed_phase_step = self.stats.step
             self.stats.last_outputs = self.stats.closed_phase

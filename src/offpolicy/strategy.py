@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -98,9 +99,8 @@ def push_timesteps(buffer: TransitionBuffer, timesteps: list[TimeStep], first_st
 
 def check_finite(output: dict[str, torch.Tensor], step: int, updates: int) -> None:
     """Stop a diverged run at the end of the phase where it diverged (one device sync per phase)."""
-    values = torch.stack([value.detach().float().reshape(()) for value in output.values()])
-    if not bool(torch.isfinite(values).all()):
-        shown = ", ".join(f"{name} {float(value):g}" for name, value in zip(output, values))
+    if not math.isfinite(float(torch.stack(list(output.values())).sum())):  # NaN and inf survive a sum
+        shown = ", ".join(f"{name} {float(value):g}" for name, value in output.items())
         raise NonFiniteStateError(
             f"training diverged at step {step:,} after {updates:,} updates ({shown}); the last good "
             "checkpoint is kept. Lower the learning rate or scale the rewards, then start again"

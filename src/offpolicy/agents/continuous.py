@@ -98,66 +98,6 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
-class LeanAdam(torch.optim.Adam):
-    """`torch.optim.Adam` with the fused kernel, whose `step()` calls that kernel directly.
-
-    For small networks the optimiser's Python bookkeeping costs more than the
-    update itself (about 190 µs against 40 µs here), so once the state exists
-    a step is two calls: count the step, run the fused kernel, on the very
-    tensors `torch.optim.Adam` keeps. Results, `state_dict` and checkpoints are
-    those of `torch.optim.Adam` (a test checks equality); anything unusual
-    (several groups, AMSGrad, weight decay, tensors on several devices, a
-    missing gradient) takes the regular path. Optimiser step hooks are not
-    called: torch's per-step profiler wrapper is what this class avoids.
-    """
-
-    def __init__(self, parameters, lr: float, device: torch.device) -> None:
-        super().__init__(parameters, lr=lr, fused=device.type in ("cpu", "cuda"))
-        self._lean: tuple[list, list, list, list] | None = None
-
-    def _lean_state(self) -> tuple[list, list, list, list] | None:
-        group = self.param_groups[0]
-        params = group["params"]
-        plain = (
-            len(self.param_groups) == 1 and group["fused"] and not group["amsgrad"] and not group["maximize"]
-            and group["weight_decay"] == 0 and not group["differentiable"] and not group.get("decoupled_weight_decay")
-            and all(p in self.state and p.grad is not None for p in params)
-            and len({(p.device, p.dtype) for p in params}) == 1
-        )
-        if not plain:
-            return None
-        states = [self.state[p] for p in params]
-        return params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states]
-
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
-        if self._lean is None and closure is None:
-            self._lean = self._lean_state()
-        if self._lean is None or closure is not None or any(p.grad is None for p in self._lean[0]):
-            return super().step(closure)
-        params, exp_avgs, exp_avg_sqs, steps = self._lean
-        group = self.param_groups[0]
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(
-            params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps,
-            amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"],
-            maximize=False, grad_scale=None, found_inf=None,
-        )
-        return None
-
-    step.hooked = True  # type: ignore[attr-defined]  # keeps torch from wrapping it in its profiler hook (~60 µs)
-
-    def load_state_dict(self, state_dict) -> None:  # type: ignore[override]
-        super().load_state_dict(state_dict)
-        self._lean = None
-
-
-def adam(parameters, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Adam with the fused kernel where torch has one, stepped without per-step bookkeeping."""
-    return LeanAdam(parameters, lr, device)
-
-
 class frozen:
     """Within the block, `module`'s parameters get no gradients (only its inputs do).
 

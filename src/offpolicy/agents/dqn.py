@@ -18,11 +18,18 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from offpolicy.agents.continuous import adam
 from offpolicy.agents.fast_mlp import FastMLP, supports
+from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
 from offpolicy.envs import EnvError
-from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import (
+    ParameterHandover,
+    Policy,
+    PolicyLearner,
+    PolicyOutput,
+    PolicyState,
+    TrainOutput,
+)
 
 
 @dataclass
@@ -179,7 +186,7 @@ class DQNLearner(PolicyLearner):
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.parameters = list(self.q_network.parameters())
         self.target_parameters = list(self.target_network.parameters())
-        self.optimizer = adam(self.parameters, config.lr, self.device)
+        self.optimizer = LeanAdam(self.parameters, config.lr)
         self._policy = DQNPolicy(self.q_network, num_actions, config, seed)
         self.updates = 0
         self._fast = fast_path and supports(self.q_network)

@@ -21,10 +21,25 @@ import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
-from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update, validate_common
+from offpolicy.agents.continuous import (
+    ActionScale,
+    TwinCritic,
+    check_box_spaces,
+    frozen,
+    soft_update,
+    validate_common,
+)
 from offpolicy.agents.dqn import mlp
+from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import (
+    ParameterHandover,
+    Policy,
+    PolicyLearner,
+    PolicyOutput,
+    PolicyState,
+    TrainOutput,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -137,12 +152,12 @@ class SACLearner(PolicyLearner):
         self.actor = mlp(observation_size, 2 * action_size, c.hidden, c.layers).to(self.device)
         self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = adam(self.actor.parameters(), c.lr, self.device)
-        self.critic_optimizer = adam(self.critic.parameters(), c.lr, self.device)
+        self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
+        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
         self.auto_entropy = c.entropy_coef == 0
         start = c.initial_entropy_coef if self.auto_entropy else c.entropy_coef
         self.log_alpha = torch.tensor(math.log(start), device=self.device, requires_grad=self.auto_entropy)
-        self.alpha_optimizer = adam([self.log_alpha], c.lr, self.device) if self.auto_entropy else None
+        self.alpha_optimizer = LeanAdam([self.log_alpha], c.lr) if self.auto_entropy else None
         self.target_entropy = -float(action_size)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)

@@ -18,10 +18,25 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from offpolicy.agents.continuous import ActionScale, TwinCritic, adam, check_box_spaces, frozen, soft_update, validate_common
+from offpolicy.agents.continuous import (
+    ActionScale,
+    TwinCritic,
+    check_box_spaces,
+    frozen,
+    soft_update,
+    validate_common,
+)
 from offpolicy.agents.dqn import mlp
+from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
+from offpolicy.policy import (
+    ParameterHandover,
+    Policy,
+    PolicyLearner,
+    PolicyOutput,
+    PolicyState,
+    TrainOutput,
+)
 
 
 @dataclass
@@ -120,8 +135,8 @@ class TD3Learner(PolicyLearner):
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = adam(self.actor.parameters(), c.lr, self.device)
-        self.critic_optimizer = adam(self.critic.parameters(), c.lr, self.device)
+        self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
+        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)
         self._policy = TD3Policy(self.actor, self.scale, c.exploration_noise, seed)

