@@ -33,15 +33,15 @@ def alive(pids):
 def test_run_steps_keeps_every_env_one_step_ahead(num_envs, autobatch, workers):
     with runner(num_envs, autobatch, workers) as r:
         for count in (1, 6, 4, 11):
-            timesteps = r.run_steps(count)
-            assert len(timesteps) == count
-            in_flight = [t.env_id for t in r._ready] + list(r._stepping)
+            steps = r.run_steps(count)
+            assert len(steps) == count
+            in_flight = [env for chunk in r._ready for env in chunk.env_ids.tolist()] + list(r._stepping)
             assert sorted(in_flight) == list(range(num_envs)) and not r._pending
 
 
 def test_timesteps_follow_each_env_and_keep_final_observation():
     with runner(3, 3, 2, functools.partial(CountingEnv, 3, 0.0, True)) as r:
-        timesteps = r.run_steps(30)
+        timesteps = r.run_steps(30).timesteps()
     for env_id in range(3):
         own = [t for t in timesteps if t.env_id == env_id]
         assert len(own) >= 5
@@ -58,7 +58,7 @@ def test_whole_episodes():
     with runner(2, 2, 2, functools.partial(CountingEnv, 4)) as r:
         r.run_steps(3)
         episodes = r.run_episodes(4)
-    assert [[t.episode_length for t in e] for e in episodes] == [[1, 2, 3, 4]] * 4
+    assert [e.episode_lengths.tolist() for e in episodes] == [[1, 2, 3, 4]] * 4
 
 
 def test_env_error_names_the_env_and_leaves_no_worker():

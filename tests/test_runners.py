@@ -2,6 +2,7 @@ import itertools
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from helpers import CountingEnv, StubPolicy
@@ -11,6 +12,7 @@ from offpolicy.runners import (
     InProcessMultiEnvRunner,
     MultiEnvRunner,
     SingleEnvRunner,
+    StepBatch,
 )
 
 
@@ -64,7 +66,7 @@ def test_run_steps_returns_n_and_keeps_every_env_one_step_ahead(backend, num_env
     with multi_runner(backend, factory, num_envs, autobatch) as runner:
         handed = Counter()
         for count in (1, 7, 4, 13):
-            timesteps = runner.run_steps(count)
+            timesteps = runner.run_steps(count).timesteps()
             assert len(timesteps) == count
             handed.update(int(t.observation[1]) for t in timesteps)
             settle(factory, sum(handed.values()) + num_envs)
@@ -76,7 +78,7 @@ def test_run_steps_returns_n_and_keeps_every_env_one_step_ahead(backend, num_env
 def test_timesteps_follow_each_env_in_order(backend):
     factory = TaggedFactory(length=3)
     with multi_runner(backend, factory, 2, 2) as runner:
-        timesteps = runner.run_steps(20)
+        timesteps = runner.run_steps(20).timesteps()
     for tag in (0, 1):
         own = [t for t in timesteps if int(t.observation[1]) == tag]
         for previous, current in zip(own, own[1:]):
@@ -91,7 +93,7 @@ def test_timesteps_follow_each_env_in_order(backend):
 def test_episode_end_keeps_true_final_observation_and_flags(truncate):
     factory = TaggedFactory(length=3, truncate=truncate)
     with InProcessMultiEnvRunner(factory, [0], StubPolicy(), 1) as runner:
-        timesteps = runner.run_steps(4)
+        timesteps = runner.run_steps(4).timesteps()
     last = timesteps[2]
     assert last.done and last.episode_length == 3 and last.episode_return == 3.0
     assert last.next_observation[0] == 3.0
@@ -113,8 +115,8 @@ def test_run_episodes_returns_whole_episodes(make):
         episodes = runner.run_episodes(5)
     assert len(episodes) == 5
     for episode in episodes:
-        assert [t.episode_length for t in episode] == [1, 2, 3, 4]
-        assert episode[-1].done and not any(t.done for t in episode[:-1])
+        assert episode.episode_lengths.tolist() == [1, 2, 3, 4]
+        assert episode.done[-1] and not episode.done[:-1].any()
 
 
 def test_evaluation_runner_acts_deterministically():
@@ -131,3 +133,17 @@ def test_threads_batch_requests_across_envs():
         runner.run_steps(40)
     sizes = [size for size, _, _ in policy.log["batches"]]
     assert max(sizes) > 1 and sum(sizes) >= 40
+
+
+def test_step_batch_slices_joins_and_round_trips():
+    factory = TaggedFactory(length=3)
+    with InProcessMultiEnvRunner(factory, [0, 1], StubPolicy(), 2) as runner:
+        steps = runner.run_steps(9)
+    again = StepBatch.from_timesteps(steps.timesteps())
+    for name in ("env_ids", "observations", "next_observations", "actions", "rewards", "terminated", "truncated",
+                 "episode_returns", "episode_lengths"):
+        assert np.array_equal(getattr(again, name), getattr(steps, name)), name
+    assert again.context.keys() == steps.context.keys() == {"version"}
+    joined = StepBatch.concatenate([steps[:4], steps[4:]])
+    assert np.array_equal(joined.observations, steps.observations) and len(joined) == 9
+    assert np.array_equal(steps[steps.done].episode_lengths, np.full(int(steps.done.sum()), 3))

@@ -84,7 +84,7 @@ def test_counts(tmp_path, case, backend):
     assert [e.step for e in recorder.of(EvaluationEnded)] == eval_steps
     assert all(len(e.returns) == strategy.get("eval_episodes", 1) for e in recorder.of(EvaluationEnded))
     assert checkpointer.saved_steps == checkpoint_steps
-    assert [len(e.timesteps) for e in recorder.of(StepsCollected)] == chunks
+    assert [len(e.steps) for e in recorder.of(StepsCollected)] == chunks
     assert recorder.of(StepsCollected)[-1].step == total
     assert set(learner.batch_sizes) <= {strategy["train_batch_size"]}
 

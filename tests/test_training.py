@@ -48,7 +48,7 @@ def test_same_seed_same_run(tmp_path):
     for name in ("a", "b"):
         episode_returns = []
         train(small_config(), run_dir=tmp_path / name, quiet=True,
-              callbacks=[lambda e, s: episode_returns.extend(t.episode_return for t in e.timesteps if t.done)
+              callbacks=[lambda e, s: episode_returns.extend(e.steps.episode_returns[e.steps.done].tolist())
                          if isinstance(e, StepsCollected) else None])
         returns.append(episode_returns)
     assert returns[0] == returns[1]

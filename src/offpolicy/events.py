@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
+import numpy as np
 import torch
 
 from offpolicy.interrupt import Interrupter
 from offpolicy.policy import TrainOutput
-from offpolicy.runners.core import TimeStep
+from offpolicy.runners.core import StepBatch
 
 
 @dataclass
@@ -41,7 +42,13 @@ class TrainingStarted:
 class StepsCollected:
     step: int
     """Progress after this chunk."""
-    timesteps: list[TimeStep]
+    steps: StepBatch
+    """The chunk's steps; the last one is environment step `step` of the run."""
+
+    def finished_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row indices of the steps that ended an episode, and the run's step number of each."""
+        rows = np.flatnonzero(self.steps.done)
+        return rows, rows + (self.step - len(self.steps) + 1)
 
 
 @dataclass
@@ -171,12 +178,12 @@ class EventProcessor:
             stats.started_at = time.perf_counter()
         elif isinstance(event, StepsCollected):
             stats.step = event.step
-            for timestep in event.timesteps:
-                if timestep.done:
-                    stats.episodes += 1
-                    stats.recent_returns.append(timestep.episode_return)
-            if event.timesteps:
-                stats.exploration_rate = event.timesteps[-1].context.get("exploration_rate")
+            rows, _ = event.finished_episodes()
+            stats.episodes += len(rows)
+            stats.recent_returns.extend(event.steps.episode_returns[rows].tolist())
+            rate = event.steps.context.get("exploration_rate")
+            if rate is not None and len(rate):
+                stats.exploration_rate = float(rate[-1])
         elif isinstance(event, TrainStep):
             stats.train_steps += 1
             self._phase_outputs.append(event.output)
@@ -208,17 +215,17 @@ class MetricsLog:
             row = {"event": "update", "step": stats.closed_phase_step, **stats.closed_phase}
             self._train.write(json.dumps(row) + "\n")
         if isinstance(event, StepsCollected):
-            first_step = event.step - len(event.timesteps)
-            for index, timestep in enumerate(event.timesteps):
-                if timestep.done:
-                    row = {
-                        "event": "episode",
-                        "step": first_step + index + 1,
-                        "episode_return": timestep.episode_return,
-                        "episode_length": timestep.episode_length,
-                    }
-                    row.update(timestep.context)
-                    self._train.write(json.dumps(row) + "\n")
+            rows, run_steps = event.finished_episodes()
+            if len(rows):
+                steps = event.steps
+                columns = {
+                    "step": run_steps.tolist(),
+                    "episode_return": steps.episode_returns[rows].tolist(),
+                    "episode_length": steps.episode_lengths[rows].tolist(),
+                    **{key: values[rows].tolist() for key, values in steps.context.items()},
+                }
+                for values in zip(*columns.values()):
+                    self._train.write(json.dumps({"event": "episode", **dict(zip(columns, values))}) + "\n")
         elif isinstance(event, EvaluationEnded):
             returns = event.returns
             mean = event.mean_return
@@ -267,14 +274,13 @@ class TensorBoardLog:
             for name, value in stats.closed_phase.items():
                 scalar(f"train/{name}", value, stats.closed_phase_step)
         if isinstance(event, StepsCollected):
-            first_step = event.step - len(event.timesteps)
-            for index, timestep in enumerate(event.timesteps):
-                if timestep.done:
-                    step = first_step + index + 1
-                    scalar("rollout/ep_return", timestep.episode_return, step)
-                    scalar("rollout/ep_length", timestep.episode_length, step)
-                    if "exploration_rate" in timestep.context:
-                        scalar("rollout/exploration_rate", timestep.context["exploration_rate"], step)
+            rows, run_steps = event.finished_episodes()
+            steps = event.steps
+            for row, step in zip(rows.tolist(), run_steps.tolist()):
+                scalar("rollout/ep_return", steps.episode_returns[row], step)
+                scalar("rollout/ep_length", steps.episode_lengths[row], step)
+                if "exploration_rate" in steps.context:
+                    scalar("rollout/exploration_rate", steps.context["exploration_rate"][row], step)
         elif isinstance(event, EvaluationEnded):
             returns = event.returns
             scalar("eval/mean_return", event.mean_return, event.step)
@@ -356,7 +362,7 @@ class ProgressDisplay:
         if self.quiet:
             return
         if isinstance(event, StepsCollected):
-            self._episode_returns.extend(t.episode_return for t in event.timesteps if t.done)
+            self._episode_returns.extend(event.steps.episode_returns[event.steps.done].tolist())
         elif isinstance(event, EvaluationEnded):
             self._eval_returns.append(event.mean_return)
         if not self.live:

@@ -47,7 +47,7 @@ from offpolicy.policy import Policy, PolicyLearner
 from offpolicy.runners import (
     EnvRunnerError,
     HangWatchdog,
-    TimeStep,
+    StepBatch,
     make_collection_runner,
     make_evaluation_runner,
 )
@@ -72,29 +72,21 @@ class TrainingComponents:
     """Also store the replay buffer's contents in each checkpoint."""
 
 
-def push_timesteps(buffer: TransitionBuffer, timesteps: list[TimeStep], first_step: int = 0) -> None:
-    """Store a chunk of timesteps as one batched push; truncation is not termination.
+def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) -> None:
+    """Store a chunk of steps as one batched push; truncation is not termination.
 
     NaN or infinite observations and rewards are refused here, with one
     vectorised test per chunk, before they can poison the buffer.
     """
-    observations = np.stack([t.observation for t in timesteps])
-    next_observations = np.stack([t.next_observation for t in timesteps])
-    rewards = np.fromiter((t.reward for t in timesteps), np.float32, len(timesteps))
-    for what, values in (("reward", rewards), ("observation", observations), ("observation", next_observations)):
+    for what, values in (("reward", steps.rewards), ("observation", steps.observations),
+                         ("observation", steps.next_observations)):
         if values.dtype.kind == "f" and not np.isfinite(values).all():
-            bad = int(np.flatnonzero(~np.isfinite(values.reshape(len(timesteps), -1)).all(axis=1))[0])
+            bad = int(np.flatnonzero(~np.isfinite(values.reshape(len(steps), -1)).all(axis=1))[0])
             raise EnvRunnerError(
-                f"environment {timesteps[bad].env_id} returned a NaN or infinite {what} "
+                f"environment {steps.env_ids[bad]} returned a NaN or infinite {what} "
                 f"at step {first_step + bad + 1:,} of the run"
             )
-    buffer.push(
-        observations,
-        next_observations,
-        np.stack([np.asarray(t.action) for t in timesteps]),
-        rewards,
-        np.fromiter((t.terminated for t in timesteps), np.float32, len(timesteps)),
-    )
+    buffer.push(steps.observations, steps.next_observations, steps.actions, steps.rewards, steps.terminated)
 
 
 def check_finite(output: dict[str, torch.Tensor], step: int, updates: int) -> None:
@@ -171,10 +163,10 @@ class OffPolicyStrategy:
                     break
 
                 previous_step = step
-                timesteps = env_runner.run_steps(min(config.train_interval, total - step))
-                step += len(timesteps)
-                push_timesteps(buffer, timesteps, previous_step)
-                events.process_train(StepsCollected(step, timesteps))
+                steps = env_runner.run_steps(min(config.train_interval, total - step))
+                step += len(steps)
+                push_steps(buffer, steps, previous_step)
+                events.process_train(StepsCollected(step, steps))
 
                 if len(buffer) >= config.train_batch_size and step >= config.warmup_steps:
                     if intermediary_update is not None:
@@ -191,8 +183,8 @@ class OffPolicyStrategy:
                     episodes = eval_runner.run_episodes(config.eval_episodes)
                     evaluation = EvaluationEnded(
                         step,
-                        returns=[episode[-1].episode_return for episode in episodes],
-                        lengths=[episode[-1].episode_length for episode in episodes],
+                        returns=[float(episode.episode_returns[-1]) for episode in episodes],
+                        lengths=[int(episode.episode_lengths[-1]) for episode in episodes],
                     )
                     events.process_valid(evaluation)
                     if checkpointer is not None:

@@ -232,9 +232,8 @@ class DQNLearner(PolicyLearner):
         target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
         actions = batch.actions.long().view(-1, 1)
         q_values = q_both[:size].gather(1, actions).squeeze(1)
+        loss = F.smooth_l1_loss(q_values, target)
         error = q_values - target
-        absolute = error.abs()
-        loss = torch.where(absolute < 1.0, 0.5 * error * error, absolute - 0.5).mean()
 
         q_grad = torch.zeros_like(q_both[:size]).scatter_(1, actions, error.clamp(-1.0, 1.0).div_(size).unsqueeze(1))
         grads = self._fast_online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])

@@ -23,6 +23,9 @@ def supports(network: nn.Module) -> bool:
     )
 
 
+_relu_backward = torch.ops.aten.threshold_backward.default
+
+
 class FastMLP:
     """A view of an MLP's parameters with a manual forward and backward (no autograd)."""
 
@@ -61,7 +64,7 @@ class FastMLP:
             layer_input = layer_inputs[index]
             grads.append(grad.sum(0))
             grads.append(grad.t().mm(layer_input))
-            if index:
-                grad = grad.mm(self.linears[index].weight).mul_(layer_input > 0)
+            if index:  # through the ReLU: the kernel autograd uses, one op instead of compare and multiply
+                grad = _relu_backward(grad.mm(self.linears[index].weight), layer_input, 0.0)
         grads.reverse()
         return grads

@@ -3,7 +3,7 @@
 from offpolicy.envs import EnvFactory
 from offpolicy.inference import InferenceServer
 from offpolicy.policy import Policy
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, EnvSession, TimeStep
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, EnvSession, StepBatch, TimeStep
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner, SingleEnvRunner
 from offpolicy.runners.processes import ProcessMultiEnvRunner
 from offpolicy.runners.threaded import AsyncEnvRunner, MultiEnvRunner
@@ -22,6 +22,7 @@ __all__ = [
     "MultiEnvRunner",
     "ProcessMultiEnvRunner",
     "SingleEnvRunner",
+    "StepBatch",
     "TimeStep",
 ]
 

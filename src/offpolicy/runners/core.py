@@ -41,6 +41,87 @@ class TimeStep:
         return self.terminated or self.truncated
 
 
+@dataclass
+class StepBatch:
+    """Consecutive environment steps as arrays, in the order they completed.
+
+    This is what runners hand the trainer: storing a chunk, counting its
+    episodes and logging them are then array operations, never a Python loop
+    over steps. Row `i` is one step of env `env_ids[i]`.
+    """
+
+    env_ids: np.ndarray
+    observations: np.ndarray
+    next_observations: np.ndarray
+    """True next observations, also at episode ends (never the reset one)."""
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    """Episodes that ended for real: no bootstrapping from the next observation."""
+    truncated: np.ndarray
+    """Episodes cut by a time limit: bootstrapping continues through them."""
+    episode_returns: np.ndarray
+    """Sum of rewards in each step's episode so far, that step included."""
+    episode_lengths: np.ndarray
+    context: dict[str, np.ndarray]
+    """How each action was chosen (e.g. `exploration_rate`), one value per step."""
+
+    def __len__(self) -> int:
+        return len(self.env_ids)
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+    def __getitem__(self, rows: slice | np.ndarray) -> "StepBatch":
+        """The rows `rows` (a slice or an index array) as a batch."""
+        return StepBatch(**{name: value[rows] for name, value in self._fields().items()},
+                         context={key: value[rows] for key, value in self.context.items()})
+
+    def _fields(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in _ARRAY_FIELDS}
+
+    @staticmethod
+    def from_timesteps(timesteps: list[TimeStep]) -> "StepBatch":
+        keys = timesteps[0].context.keys() if timesteps else ()
+        return StepBatch(
+            env_ids=np.fromiter((t.env_id for t in timesteps), np.int64, len(timesteps)),
+            observations=np.stack([t.observation for t in timesteps]) if timesteps else np.zeros(0),
+            next_observations=np.stack([t.next_observation for t in timesteps]) if timesteps else np.zeros(0),
+            actions=np.stack([np.asarray(t.action) for t in timesteps]) if timesteps else np.zeros(0),
+            rewards=np.fromiter((t.reward for t in timesteps), np.float64, len(timesteps)),
+            terminated=np.fromiter((t.terminated for t in timesteps), bool, len(timesteps)),
+            truncated=np.fromiter((t.truncated for t in timesteps), bool, len(timesteps)),
+            episode_returns=np.fromiter((t.episode_return for t in timesteps), np.float64, len(timesteps)),
+            episode_lengths=np.fromiter((t.episode_length for t in timesteps), np.int64, len(timesteps)),
+            context={key: np.fromiter((t.context.get(key, np.nan) for t in timesteps), np.float64, len(timesteps))
+                     for key in keys},
+        )
+
+    @staticmethod
+    def concatenate(batches: list["StepBatch"]) -> "StepBatch":
+        if len(batches) == 1:
+            return batches[0]
+        return StepBatch(
+            **{name: np.concatenate([getattr(b, name) for b in batches]) for name in _ARRAY_FIELDS},
+            context={key: np.concatenate([b.context[key] for b in batches]) for key in batches[0].context},
+        )
+
+    def timesteps(self) -> list[TimeStep]:
+        """One `TimeStep` per row: convenient for tests and callbacks, not for hot paths."""
+        return [
+            TimeStep(int(self.env_ids[i]), self.observations[i], self.next_observations[i], self.actions[i],
+                     float(self.rewards[i]), bool(self.terminated[i]), bool(self.truncated[i]),
+                     int(self.episode_lengths[i]), float(self.episode_returns[i]),
+                     {key: float(value[i]) for key, value in self.context.items()})
+            for i in range(len(self))
+        ]
+
+
+_ARRAY_FIELDS = ("env_ids", "observations", "next_observations", "actions", "rewards", "terminated", "truncated",
+                 "episode_returns", "episode_lengths")
+
+
 class EnvRunnerError(RuntimeError):
     """An environment failed while a runner stepped it; the message names the env."""
 
@@ -132,12 +213,12 @@ class EnvRunner(ABC):
     """Where the acting policy runs (the inference device)."""
 
     @abstractmethod
-    def run_steps(self, count: int) -> list[TimeStep]:
-        """The next `count` timesteps, in the order they completed."""
+    def run_steps(self, count: int) -> StepBatch:
+        """The next `count` steps, in the order they completed."""
 
     @abstractmethod
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
-        """`count` whole episodes, each a list of its timesteps."""
+    def run_episodes(self, count: int) -> list[StepBatch]:
+        """`count` whole episodes, each a batch of its steps."""
 
     @abstractmethod
     def update_policy(self, state: PolicyState) -> None:
@@ -157,35 +238,36 @@ class EnvRunner(ABC):
         self.close()
 
 
-def collect_episodes(step, count: int) -> list[list[TimeStep]]:
-    """Call `step()` until `count` episodes have ended; used by every runner's `run_episodes`."""
-    episodes: list[list[TimeStep]] = []
+def collect_episodes(step, count: int) -> list[StepBatch]:
+    """Call `step()` (one `TimeStep`) until `count` episodes have ended; for single-env runners."""
+    episodes: list[StepBatch] = []
     current: list[TimeStep] = []
     while len(episodes) < count:
         timestep = step()
         current.append(timestep)
         if timestep.done:
-            episodes.append(current)
+            episodes.append(StepBatch.from_timesteps(current))
             current = []
     return episodes
 
 
-def whole_episodes(runner: EnvRunner, count: int) -> list[list[TimeStep]]:
+def whole_episodes(runner: EnvRunner, count: int) -> list[StepBatch]:
     """`count` complete episodes from a multi-env runner, in the order they end.
 
     Episodes already under way when called are stepped through but not
     returned, since their start was handed out earlier.
     """
-    episodes: list[list[TimeStep]] = []
-    current: dict[int, list[TimeStep]] = {}
+    episodes: list[StepBatch] = []
+    current: dict[int, list[StepBatch]] = {}
     while len(episodes) < count:
-        (timestep,) = runner.run_steps(1)
-        if timestep.episode_length == 1:
-            current[timestep.env_id] = []
-        steps = current.get(timestep.env_id)
+        step = runner.run_steps(1)
+        env_id = int(step.env_ids[0])
+        if step.episode_lengths[0] == 1:
+            current[env_id] = []
+        steps = current.get(env_id)
         if steps is None:
             continue
-        steps.append(timestep)
-        if timestep.done:
-            episodes.append(current.pop(timestep.env_id))
+        steps.append(step)
+        if step.done[0]:
+            episodes.append(StepBatch.concatenate(current.pop(env_id)))
     return episodes

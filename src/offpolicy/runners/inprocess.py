@@ -14,7 +14,7 @@ import torch
 
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvSession, TimeStep, collect_episodes, whole_episodes
+from offpolicy.runners.core import EnvRunner, EnvSession, StepBatch, TimeStep, collect_episodes, whole_episodes
 from offpolicy.runners.watchdog import HangWatchdog
 
 
@@ -43,10 +43,10 @@ class SingleEnvRunner(EnvRunner):
             output = self.policy.act(observation, self.deterministic)
         return self.session.step(output.actions[0].cpu().numpy(), output.context)
 
-    def run_steps(self, count: int) -> list[TimeStep]:
-        return [self._step() for _ in range(count)]
+    def run_steps(self, count: int) -> StepBatch:
+        return StepBatch.from_timesteps([self._step() for _ in range(count)])
 
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+    def run_episodes(self, count: int) -> list[StepBatch]:
         if self.session.episode_length:
             self.session.restart()
         return collect_episodes(self._step, count)
@@ -101,7 +101,7 @@ class InProcessMultiEnvRunner(EnvRunner):
             for env_id, action in zip(group, actions):
                 self._ready.append(self.sessions[env_id].step(action, output.context))
 
-    def run_steps(self, count: int) -> list[TimeStep]:
+    def run_steps(self, count: int) -> StepBatch:
         timesteps: list[TimeStep] = []
         while len(timesteps) < count:
             if not self._ready:
@@ -110,9 +110,9 @@ class InProcessMultiEnvRunner(EnvRunner):
             timesteps.append(timestep)
             self._owed.append(timestep.env_id)
         self._step_owed()
-        return timesteps
+        return StepBatch.from_timesteps(timesteps)
 
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+    def run_episodes(self, count: int) -> list[StepBatch]:
         return whole_episodes(self, count)
 
     def update_policy(self, state: PolicyState) -> None:

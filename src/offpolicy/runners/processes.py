@@ -28,7 +28,7 @@ import torch
 from offpolicy._env_worker import allocate, work
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, TimeStep, whole_episodes
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, whole_episodes
 from offpolicy.runners.watchdog import EnvTimeoutError
 
 START_TIMEOUT_S = 120.0
@@ -88,14 +88,14 @@ class ProcessMultiEnvRunner(EnvRunner):
             self._worker_of.update({int(i): index for i in env_ids})
 
         self._observations = np.zeros_like(self.arrays["observations"])
-        self._actions: list[Any] = [None] * num_envs
-        self._contexts: list[dict[str, float]] = [{} for _ in range(num_envs)]
+        self._actions = np.zeros_like(self.arrays["actions"])
+        self._contexts: dict[str, np.ndarray] = {}
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._pending: list[int] = []
         self._stepping: set[int] = set()
-        self._ready: deque[TimeStep] = deque()
+        self._ready: deque[StepBatch] = deque()
         try:
             self._await_ready(workers)
             self._observations[:] = self.arrays["observations"]
@@ -155,36 +155,37 @@ class ProcessMultiEnvRunner(EnvRunner):
         except EnvTimeoutError:
             raise self._hang_error() from None
         for kind, env_ids in messages:
-            if kind != "stepped":
-                continue
-            arrays = self.arrays
-            for env_id in env_ids:
-                reward = float(arrays["rewards"][env_id])
-                terminated = bool(arrays["terminated"][env_id])
-                truncated = bool(arrays["truncated"][env_id])
-                self._lengths[env_id] += 1
-                self._steps[env_id] += 1
-                self._returns[env_id] += reward
-                self._ready.append(
-                    TimeStep(
-                        env_id=env_id,
-                        observation=self._observations[env_id].copy(),
-                        next_observation=arrays["final_observations"][env_id].copy(),
-                        action=self._actions[env_id],
-                        reward=reward,
-                        terminated=terminated,
-                        truncated=truncated,
-                        episode_length=int(self._lengths[env_id]),
-                        episode_return=float(self._returns[env_id]),
-                        context=self._contexts[env_id],
-                    )
-                )
-                if terminated or truncated:
-                    self._lengths[env_id] = 0
-                    self._returns[env_id] = 0.0
-                self._observations[env_id] = arrays["observations"][env_id]
-                self._stepping.discard(env_id)
+            if kind == "stepped":
+                self._ready.append(self._stepped(np.asarray(env_ids, dtype=np.int64)))
+                self._stepping.difference_update(env_ids)
         self._flush()
+
+    def _stepped(self, ids: np.ndarray) -> StepBatch:
+        """The steps these envs just took, read from shared memory in one go; advance their episodes."""
+        arrays = self.arrays
+        rewards = arrays["rewards"][ids]
+        terminated = arrays["terminated"][ids]
+        truncated = arrays["truncated"][ids]
+        self._lengths[ids] += 1
+        self._steps[ids] += 1
+        self._returns[ids] += rewards
+        batch = StepBatch(
+            env_ids=ids,
+            observations=self._observations[ids],
+            next_observations=arrays["final_observations"][ids],
+            actions=self._actions[ids],
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            episode_returns=self._returns[ids],
+            episode_lengths=self._lengths[ids],
+            context={key: values[ids] for key, values in self._contexts.items()},
+        )
+        ended = ids[terminated | truncated]
+        self._lengths[ended] = 0
+        self._returns[ended] = 0.0
+        self._observations[ids] = arrays["observations"][ids]
+        return batch
 
     def _flush(self, force: bool = False) -> None:
         """Answer pending requests in batches of `autobatch_size` while the rule allows (or all, if forced)."""
@@ -197,29 +198,35 @@ class ProcessMultiEnvRunner(EnvRunner):
                 output = self.policy.act(torch.as_tensor(self._observations[group], device=self.device), False)
             actions = output.actions.cpu().numpy()
             self.arrays["actions"][group] = actions
+            self._actions[group] = actions
+            for key, value in output.context.items():
+                self._contexts.setdefault(key, np.full(len(self._actions), np.nan))[group] = value
             by_worker: dict[int, list[int]] = {}
-            for env_id, action in zip(group, actions):
-                self._actions[env_id] = action
-                self._contexts[env_id] = output.context
+            for env_id in group:
                 by_worker.setdefault(self._worker_of[env_id], []).append(env_id)
             for worker, env_ids in by_worker.items():
                 self._connections[worker].send(env_ids)
             self._stepping.update(group)
 
-    def run_steps(self, count: int) -> list[TimeStep]:
-        timesteps: list[TimeStep] = []
-        while len(timesteps) < count:
+    def run_steps(self, count: int) -> StepBatch:
+        chunks: list[StepBatch] = []
+        taken = 0
+        while taken < count:
             if not self._ready:
                 self._collect()
                 continue
-            timestep = self._ready.popleft()
-            timesteps.append(timestep)
-            self._pending.append(timestep.env_id)
+            chunk = self._ready.popleft()
+            if len(chunk) > count - taken:  # hand out what is asked; the rest waits for the next call
+                chunk, rest = chunk[: count - taken], chunk[count - taken :]
+                self._ready.appendleft(rest)
+            chunks.append(chunk)
+            taken += len(chunk)
+            self._pending.extend(chunk.env_ids.tolist())
             self._flush()
         self._flush(force=True)
-        return timesteps
+        return StepBatch.concatenate(chunks)
 
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+    def run_episodes(self, count: int) -> list[StepBatch]:
         return whole_episodes(self, count)
 
     def update_policy(self, state: PolicyState) -> None:

@@ -24,6 +24,7 @@ from offpolicy.runners.core import (
     EnvRunner,
     EnvRunnerError,
     EnvSession,
+    StepBatch,
     TimeStep,
     collect_episodes,
     whole_episodes,
@@ -132,11 +133,11 @@ class AsyncEnvRunner(EnvRunner):
     def _next(self) -> TimeStep:
         return _next_output(self.output, [self], self.env_timeout)
 
-    def run_steps(self, count: int) -> list[TimeStep]:
+    def run_steps(self, count: int) -> StepBatch:
         self.request_steps(count)
-        return [self._next() for _ in range(count)]
+        return StepBatch.from_timesteps([self._next() for _ in range(count)])
 
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+    def run_episodes(self, count: int) -> list[StepBatch]:
         self._jobs.put("restart")
 
         def step() -> TimeStep:
@@ -177,15 +178,15 @@ class MultiEnvRunner(EnvRunner):
         for runner in self.runners:
             runner.request_steps(1)
 
-    def run_steps(self, count: int) -> list[TimeStep]:
+    def run_steps(self, count: int) -> StepBatch:
         timesteps = []
         for _ in range(count):
             timestep = _next_output(self._output, self.runners, self.env_timeout)
             timesteps.append(timestep)
             self.runners[timestep.env_id].request_steps(1)
-        return timesteps
+        return StepBatch.from_timesteps(timesteps)
 
-    def run_episodes(self, count: int) -> list[list[TimeStep]]:
+    def run_episodes(self, count: int) -> list[StepBatch]:
         return whole_episodes(self, count)
 
     def update_policy(self, state: PolicyState) -> None:
