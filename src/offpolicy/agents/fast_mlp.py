@@ -32,14 +32,16 @@ class FastMLP:
     def __init__(self, network: nn.Sequential) -> None:
         if not supports(network):
             raise ValueError("FastMLP covers Sequential(Linear, ReLU, ..., Linear) networks only")
-        self.linears: list[nn.Linear] = [layer for layer in network if isinstance(layer, nn.Linear)]
+        # The Parameter objects themselves (their values change in place or through `.data`), looked up
+        # once: nn.Module attribute access costs about a microsecond per call.
+        self.layers = [(layer.weight, layer.bias) for layer in network if isinstance(layer, nn.Linear)]
 
     def predict(self, inputs: torch.Tensor) -> torch.Tensor:
         """The output alone (inference; call under `torch.no_grad()`)."""
         hidden = inputs
-        last = len(self.linears) - 1
-        for index, linear in enumerate(self.linears):
-            hidden = torch.addmm(linear.bias, hidden, linear.weight.t())
+        last = len(self.layers) - 1
+        for index, (weight, bias) in enumerate(self.layers):
+            hidden = torch.addmm(bias, hidden, weight.t())
             if index < last:
                 hidden = hidden.relu_()
         return hidden
@@ -48,9 +50,9 @@ class FastMLP:
         """The output, and the input of every linear layer (what the backward pass needs)."""
         layer_inputs = [inputs]
         hidden = inputs
-        last = len(self.linears) - 1
-        for index, linear in enumerate(self.linears):
-            hidden = torch.addmm(linear.bias, hidden, linear.weight.t())
+        last = len(self.layers) - 1
+        for index, (weight, bias) in enumerate(self.layers):
+            hidden = torch.addmm(bias, hidden, weight.t())
             if index < last:
                 hidden = hidden.relu_()
                 layer_inputs.append(hidden)
@@ -60,11 +62,11 @@ class FastMLP:
         """Gradients of every parameter, in `network.parameters()` order (weight, bias, ...)."""
         grads: list[torch.Tensor] = []
         grad = output_grad
-        for index in range(len(self.linears) - 1, -1, -1):
+        for index in range(len(self.layers) - 1, -1, -1):
             layer_input = layer_inputs[index]
             grads.append(grad.sum(0))
             grads.append(grad.t().mm(layer_input))
             if index:  # through the ReLU: the kernel autograd uses, one op instead of compare and multiply
-                grad = _relu_backward(grad.mm(self.linears[index].weight), layer_input, 0.0)
+                grad = _relu_backward(grad.mm(self.layers[index][0]), layer_input, 0.0)
         grads.reverse()
         return grads
