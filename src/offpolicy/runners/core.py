@@ -83,19 +83,27 @@ class StepBatch:
 
     @staticmethod
     def from_timesteps(timesteps: list[TimeStep]) -> "StepBatch":
-        keys = timesteps[0].context.keys() if timesteps else ()
+        """Pack per-step records (from runners that step one env at a time) into arrays, in one pass."""
+        if not timesteps:
+            empty = np.zeros(0)
+            return StepBatch(empty.astype(np.int64), empty, empty, empty, empty, empty.astype(bool),
+                             empty.astype(bool), empty, empty.astype(np.int64), {})
+        scalars = np.array(
+            [(t.env_id, t.reward, t.terminated, t.truncated, t.episode_return, t.episode_length) for t in timesteps],
+            dtype=np.float64,
+        )
         return StepBatch(
-            env_ids=np.fromiter((t.env_id for t in timesteps), np.int64, len(timesteps)),
-            observations=np.stack([t.observation for t in timesteps]) if timesteps else np.zeros(0),
-            next_observations=np.stack([t.next_observation for t in timesteps]) if timesteps else np.zeros(0),
-            actions=np.stack([np.asarray(t.action) for t in timesteps]) if timesteps else np.zeros(0),
-            rewards=np.fromiter((t.reward for t in timesteps), np.float64, len(timesteps)),
-            terminated=np.fromiter((t.terminated for t in timesteps), bool, len(timesteps)),
-            truncated=np.fromiter((t.truncated for t in timesteps), bool, len(timesteps)),
-            episode_returns=np.fromiter((t.episode_return for t in timesteps), np.float64, len(timesteps)),
-            episode_lengths=np.fromiter((t.episode_length for t in timesteps), np.int64, len(timesteps)),
-            context={key: np.fromiter((t.context.get(key, np.nan) for t in timesteps), np.float64, len(timesteps))
-                     for key in keys},
+            env_ids=scalars[:, 0].astype(np.int64),
+            observations=np.array([t.observation for t in timesteps]),
+            next_observations=np.array([t.next_observation for t in timesteps]),
+            actions=np.array([t.action for t in timesteps]),
+            rewards=scalars[:, 1],
+            terminated=scalars[:, 2] > 0,
+            truncated=scalars[:, 3] > 0,
+            episode_returns=scalars[:, 4],
+            episode_lengths=scalars[:, 5].astype(np.int64),
+            context={key: np.array([t.context.get(key, np.nan) for t in timesteps], dtype=np.float64)
+                     for key in timesteps[0].context},
         )
 
     @staticmethod
@@ -164,7 +172,8 @@ class EnvSession:
         finally:
             self.busy_since = 0.0
         self.steps += 1
-        self._checked(next_observation)
+        if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
+            self._checked(next_observation)
         reward = float(reward)
         self.episode_length += 1
         self.episode_return += reward
