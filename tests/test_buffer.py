@@ -67,3 +67,15 @@ def test_same_seed_same_samples_and_state_round_trip():
 def test_empty_buffer_refuses_to_sample():
     with pytest.raises(ValueError, match="empty"):
         TransitionBuffer(4).sample(1)
+
+
+def test_phase_batches_come_from_the_filled_part_in_blocks():
+    buffer = TransitionBuffer(1000, seed=3)
+    observations = np.arange(300, dtype=np.float32).reshape(300, 1)
+    buffer.push(observations, observations + 1, np.zeros(300, np.int64), observations[:, 0], np.zeros(300, bool))
+    batches = list(buffer.sample_batches(1000, 7))  # 4096 // 1000 = 4 batches per block: two blocks
+    assert len(batches) == 7 and all(len(b.rewards) == 1000 for b in batches)
+    for batch in batches:
+        assert torch.equal(batch.next_observations, batch.observations + 1)  # transitions stay whole
+        assert torch.equal(batch.rewards, batch.observations[:, 0]) and batch.observations.max() < 300
+    assert len({float(b.rewards.sum()) for b in batches}) == 7  # independent draws

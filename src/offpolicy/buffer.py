@@ -8,12 +8,13 @@ first transitions pushed, so it needs no knowledge of the environment.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 FIELDS = ("observations", "next_observations", "actions", "rewards", "terminated")
+BLOCK_TRANSITIONS = 4096
 
 
 @dataclass
@@ -100,6 +101,22 @@ class TransitionBuffer:
             self._size, (batch_size,), generator=self._generator, device=self.device
         )
         return TransitionBatch(**{name: self._storage[name][indices] for name in FIELDS})
+
+    def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
+        """`count` independent batches for one training phase, drawn a block at a time.
+
+        The same distribution as `count` calls of `sample`, with one index draw
+        and one gather per field for a whole block of batches instead of per
+        batch: for small networks that is a tenth of an update's cost. A block
+        holds at most `BLOCK_TRANSITIONS` transitions (more than one batch if needed).
+        """
+        per_block = max(1, BLOCK_TRANSITIONS // batch_size)
+        for start in range(0, count, per_block):
+            batches = min(per_block, count - start)
+            block = self.sample(batch_size * batches)
+            columns = [getattr(block, name).unflatten(0, (batches, batch_size)).unbind(0) for name in FIELDS]
+            for fields in zip(*columns):
+                yield TransitionBatch(*fields)
 
     def _allocate(self, arrays: dict[str, np.ndarray]) -> None:
         for name, array in arrays.items():

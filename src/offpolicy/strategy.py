@@ -171,8 +171,8 @@ class OffPolicyStrategy:
                 if len(buffer) >= config.train_batch_size and step >= config.warmup_steps:
                     if intermediary_update is not None:
                         env_runner.update_policy(intermediary_update)
-                    for _ in range(config.train_steps):
-                        output = learner.train(buffer.sample(config.train_batch_size))
+                    for batch in buffer.sample_batches(config.train_batch_size, config.train_steps):
+                        output = learner.train(batch)
                         events.process_train(TrainStep(step, output))
                     check_finite(output, step, events.stats.train_steps)
                     intermediary_update = learner.policy().state()
