@@ -40,3 +40,52 @@ def evaluate(env_id: str, act, episodes: int = 10) -> float:
             done = terminated or truncated
         returns.append(total)
     return sum(returns) / len(returns)
+
+
+def profile_run(config, learner_class, policy_class, title: str) -> None:
+    """Where one run of ours spends its time: each part timed around its own calls, the rest is overhead.
+
+    Parts: env steps (`EnvSession.step`), inference (`policy_class.act`), replay push and sample,
+    optimisation (`learner_class.train`); overhead is the loop, events, step batches and the rest.
+    """
+    import functools
+    import time
+
+    import offpolicy
+    from offpolicy.buffer import TransitionBuffer
+    from offpolicy.runners.core import EnvSession
+
+    spent: dict[str, float] = {}
+
+    def timed(owner, method, part):
+        original = getattr(owner, method)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
+
+        setattr(owner, method, wrapper)
+        return original
+
+    originals = [
+        (EnvSession, "step", timed(EnvSession, "step", "env steps")),
+        (policy_class, "act", timed(policy_class, "act", "inference")),
+        (TransitionBuffer, "push", timed(TransitionBuffer, "push", "replay push")),
+        (TransitionBuffer, "sample", timed(TransitionBuffer, "sample", "replay sample")),
+        (learner_class, "train", timed(learner_class, "train", "optimisation")),
+    ]
+    try:
+        start = time.perf_counter()
+        offpolicy.train(config, save=False, quiet=True)
+        total = time.perf_counter() - start
+    finally:
+        for owner, method, original in originals:
+            setattr(owner, method, original)
+    spent["overhead (loop, events, step batches)"] = total - sum(spent.values())
+    print(f"\nwhere the time goes: {title} ({total:.1f} s, {config.torch_threads} torch thread(s))")
+    for part, seconds in spent.items():
+        print(f"  {part:<38}{seconds:7.2f} s {100 * seconds / total:5.1f} %")

@@ -27,7 +27,7 @@ import statistics
 import time
 
 from _common import evaluate as _evaluate
-from _common import run_alternating
+from _common import profile_run, run_alternating
 
 NUM_STEPS = 40_000
 NUM_ENVS = 8
@@ -179,43 +179,12 @@ SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3, "reference": run_referenc
 
 
 def profile_offpolicy(preset_name: str) -> None:
-    """Where one of our runs spends its time: each part timed around its own calls."""
-    import functools
-
     import offpolicy
     from offpolicy.agents.dqn import DQNLearner, DQNPolicy
-    from offpolicy.buffer import TransitionBuffer
     from offpolicy.presets import preset
-    from offpolicy.runners.core import EnvSession
 
-    spent: dict[str, float] = {}
-
-    def timed(owner, method, part):
-        original = getattr(owner, method)
-
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
-
-        setattr(owner, method, wrapper)
-
-    timed(EnvSession, "step", "env steps")
-    timed(DQNPolicy, "act", "inference")
-    timed(TransitionBuffer, "push", "replay push")
-    timed(TransitionBuffer, "sample", "replay sample")
-    timed(DQNLearner, "train", "optimisation")
     config = offpolicy.RunConfig(**preset(preset_name))
-    start = time.perf_counter()
-    offpolicy.train(config, save=False, quiet=True)
-    total = time.perf_counter() - start
-    spent["overhead (loop, events, timesteps)"] = total - sum(spent.values())
-    print(f"\nwhere the time goes: offpolicy train --preset {preset_name} ({total:.1f} s, 1 thread)")
-    for part, seconds in spent.items():
-        print(f"  {part:<36}{seconds:7.2f} s {100 * seconds / total:5.1f} %")
+    profile_run(config, DQNLearner, DQNPolicy, f"offpolicy train --preset {preset_name}")
 
 
 def main() -> None:

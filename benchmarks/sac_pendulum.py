@@ -11,7 +11,7 @@ Systems, each in a fresh process, alternated seed by seed:
 Prints wall-clock, env steps/s and the final evaluation return (10 deterministic episodes),
 with ratios. In-loop evaluation is off for offpolicy, as SB3 runs none.
 
-    python benchmarks/sac_pendulum.py [--seeds 0] [--threads 2]   # needs: pip install -e .[bench]
+    python benchmarks/sac_pendulum.py [--seeds 0] [--threads 2] [--profile]   # needs: pip install -e .[bench]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 import time
 
 from _common import evaluate as _evaluate
-from _common import run_alternating
+from _common import profile_run, run_alternating
 
 NUM_STEPS = 20_000
 EVAL_EPISODES = 10
@@ -138,7 +138,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=2, help="torch threads for offpolicy and the bare loop")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=list(SYSTEMS),
+                        help="systems to compare (none: only --profile)")
+    parser.add_argument("--profile", action="store_true", help="also break down one of our runs by part")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -158,6 +160,17 @@ def main() -> None:
         for name, target in (("sb3", "<= 0.85"), ("bare", "<= 1.05")):
             if name in walls:
                 print(f"offpolicy / {name}: {walls['offpolicy'] / walls[name]:.2f}  (target {target})")
+    if args.profile:
+        import offpolicy
+        from offpolicy.agents.sac import SACLearner, SACPolicy
+        from offpolicy.presets import preset
+
+        values = preset("sac-pendulum")
+        values.update(num_steps=NUM_STEPS // 4, torch_threads=args.threads)  # a quarter: the shares, not the total
+        values["hyperparameters"] = {"lr": 3e-4}
+        values["strategy"]["eval_interval"] = NUM_STEPS * 10
+        profile_run(offpolicy.RunConfig(**values), SACLearner, SACPolicy,
+                    f"offpolicy train sac Pendulum-v1, first {NUM_STEPS // 4:,} steps")
 
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ class DQNLearner(PolicyLearner):
         q_both, layer_inputs = self._fast_online.forward(torch.cat((observations, next_observations)))
         next_actions = q_both[size:].argmax(dim=1, keepdim=True)
         next_q = self._fast_target.forward(next_observations)[0].gather(1, next_actions).squeeze(1)
-        target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+        target = torch.addcmul(batch.rewards, torch.rsub(batch.terminated, 1.0), next_q, value=c.gamma)
         actions = batch.actions.long().view(-1, 1)
         q_values = q_both[:size].gather(1, actions).squeeze(1)
         loss = F.smooth_l1_loss(q_values, target)
@@ -238,7 +238,7 @@ class DQNLearner(PolicyLearner):
         q_grad = torch.zeros_like(q_both[:size]).scatter_(1, actions, error.clamp(-1.0, 1.0).div_(size).unsqueeze(1))
         grads = self._fast_online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        torch._foreach_mul_(grads, (c.max_grad_norm / (norm + 1e-6)).clamp(max=1.0))
+        torch._foreach_mul_(grads, (norm + 1e-6).reciprocal_().mul_(c.max_grad_norm).clamp_(max=1.0))
         for parameter, grad in zip(self.parameters, grads):
             parameter.grad = grad
         self.optimizer.step()
