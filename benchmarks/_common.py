@@ -10,7 +10,7 @@ import sys
 def run_alternating(script: str, systems: list[str], seeds: list[int]) -> dict[str, list[dict]]:
     """Run `script --one SYSTEM --seed SEED` for every pair, rotating the order each seed."""
     results: dict[str, list[dict]] = {name: [] for name in systems}
-    for round_index, seed in enumerate(seeds):
+    for round_index, seed in enumerate(seeds if systems else []):
         shift = round_index % len(systems)
         for name in systems[shift:] + systems[:shift]:
             out = subprocess.run([sys.executable, script, "--one", name, "--seed", str(seed)],
