@@ -71,8 +71,8 @@ def test_missing_extra_is_named(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):
-    run_dir = tmp_path / "run"
+def start_long_run(run_dir):
+    """A run far longer than any test, and its checkpoint index once the first checkpoint is written."""
     process = subprocess.Popen(
         [OFFPOLICY, "train", "--num-steps", "200000", "--eval-interval", "500", "--eval-episodes", "1",
          "--run-dir", str(run_dir)],
@@ -83,6 +83,12 @@ def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):
     while not index.exists() and time.time() < deadline:
         time.sleep(0.2)
     assert index.exists(), "no checkpoint within 60 s"
+    return process, index
+
+
+def test_ctrl_c_keeps_checkpoint_and_resume_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    process, index = start_long_run(run_dir)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
@@ -168,16 +174,7 @@ def test_kill_9_mid_run_leaves_no_workers_and_resumes(tmp_path):
 
 
 def test_sigterm_stops_with_a_checkpoint_and_its_own_exit_code(tmp_path):
-    run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [OFFPOLICY, "train", "--num-steps", "200000", "--eval-interval", "500", "--eval-episodes", "1",
-         "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )
-    index = run_dir / "checkpoints" / "index.json"
-    deadline = time.time() + 60
-    while not index.exists() and time.time() < deadline:
-        time.sleep(0.2)
+    process, index = start_long_run(tmp_path / "run")
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 143, err

@@ -160,17 +160,21 @@ class EnvSession:
             raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from None
         return observation
 
-    def step(self, action: Any, context: dict[str, float]) -> TimeStep:
-        self.call = "step()"
+    def _guarded(self, call: str, function: Any, *args: Any) -> Any:
+        """Run one env call marked busy (for the watchdog); its error names this env and its step."""
+        self.call = call
         self.busy_since = time.monotonic()
         try:
-            next_observation, reward, terminated, truncated, _ = self.env.step(action)
+            return function(*args)
         except EnvRunnerError:
             raise
         except Exception as error:
-            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from error
+            raise EnvRunnerError(describe_env_failure(self.env_id, call, self.steps, error)) from error
         finally:
             self.busy_since = 0.0
+
+    def step(self, action: Any, context: dict[str, float]) -> TimeStep:
+        next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
         self.steps += 1
         if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
             self._checked(next_observation)
@@ -197,16 +201,7 @@ class EnvSession:
 
     def restart(self) -> None:
         """Begin a fresh episode (the env's generator continues, so episodes differ)."""
-        self.call = "reset()"
-        self.busy_since = time.monotonic()
-        try:
-            observation, _ = self.env.reset()
-        except EnvRunnerError:
-            raise
-        except Exception as error:
-            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from error
-        finally:
-            self.busy_since = 0.0
+        observation, _ = self._guarded("reset()", self.env.reset)
         self.observation = self._checked(observation)
         self.episode_length = 0
         self.episode_return = 0.0
