@@ -33,7 +33,7 @@ FAULTS = {
 }
 
 
-def config(backend):
+def config_for(backend):
     return RunConfig(
         num_steps=2000,
         env_timeout=1.0,
@@ -50,7 +50,7 @@ def test_broken_env_stops_the_run_with_a_named_error(tmp_path, backend, fault):
     threads_before = threading.active_count()
     started = time.monotonic()
     with pytest.raises(EnvRunnerError, match=FAULTS[fault]):
-        train(config(backend), env=env, run_dir=tmp_path / "run", quiet=True)
+        train(config_for(backend), env=env, run_dir=tmp_path / "run", quiet=True)
     assert time.monotonic() - started < 30
 
     checkpointer = Checkpointer(tmp_path / "run" / "checkpoints")
@@ -86,3 +86,28 @@ def test_divergence_stops_with_the_last_good_checkpoint(tmp_path):
     assert [e.step for e in checkpointer.entries] == [40, 80]
     _, state = checkpointer.load(80)
     assert torch.isfinite(state["version"])
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "threads", "processes"])
+@pytest.mark.parametrize("fault", ["raise", "nan", "hang"])
+def test_restart_recreates_failed_envs_and_goes_on(tmp_path, backend, fault):
+    import dataclasses
+
+    config = dataclasses.replace(config_for(backend), on_env_error="restart", num_steps=900)
+    result = train(config, env=functools.partial(BrokenEnv, fault, BREAKS_AT), run_dir=tmp_path / "run", quiet=True)
+    assert result.stats.step == 900 and result.interrupted is None
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics" / "train.jsonl").read_text().splitlines()]
+    restarts = [row for row in rows if row["event"] == "env_restart"]
+    assert restarts and restarts[-1]["restarts"] == result.stats.env_restarts == len(restarts)
+    assert "environment" in restarts[0]["error"]
+    assert multiprocessing.active_children() == []
+
+
+def test_restart_gives_up_on_envs_that_fail_at_once(tmp_path):
+    import dataclasses
+
+    config = dataclasses.replace(config_for("inprocess"), on_env_error="restart")
+    with pytest.raises(EnvRunnerError, match="simulator exploded"):
+        train(config, env=functools.partial(BrokenEnv, "raise", 1), run_dir=tmp_path / "run", quiet=True)
+    rows = (tmp_path / "run" / "metrics" / "train.jsonl").read_text().splitlines()
+    assert sum('"env_restart"' in row for row in rows) == 3

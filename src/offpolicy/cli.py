@@ -36,7 +36,8 @@ EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C (SIGINT); a final checkpoint was written unless Ctrl-C came twice."""
 EXIT_TERMINATED = 143
 """Stopped by SIGTERM (e.g. a job scheduler); a final checkpoint was written."""
-RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout")
+RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout",
+               "on_env_error")
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 RUN_FAILURES = (EnvRunnerError, NonFiniteStateError)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping, TypeVar
 
 BACKENDS = ("inprocess", "threads", "processes")
+ON_ENV_ERROR = ("stop", "restart")
 
 
 class ConfigError(ValueError):
@@ -138,6 +139,9 @@ class RunConfig:
     env_timeout: float = 10.0
     """Seconds one environment step or reset may take before the run stops with an error naming the env
     (0: wait forever)."""
+    on_env_error: str = "stop"
+    """What a failing training env does to the run: 'stop' (an error naming the env, the last checkpoint
+    intact) or 'restart' (recreate the training envs and go on, counting restarts in the metrics)."""
     strategy: OffPolicyConfig = dataclasses.field(default_factory=OffPolicyConfig)
     """Collection and training schedule."""
     hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -155,6 +159,8 @@ class RunConfig:
         for name in ("save_buffer", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.on_env_error not in ON_ENV_ERROR:
+            raise ConfigError(f"on_env_error must be one of {', '.join(ON_ENV_ERROR)}, got {self.on_env_error!r}")
         if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) or not (
             0 <= self.env_timeout < float("inf")
         ):

@@ -77,14 +77,16 @@ TRAINING_ENVS = 0
 EVALUATION_ENV = 1
 
 
-def derive_seeds(seed: int, count: int, stream: int, start_step: int = 0) -> list[int]:
+def derive_seeds(seed: int, count: int, stream: int, start_step: int = 0, restart: int = 0) -> list[int]:
     """Independent per-env seeds from one run seed.
 
     `stream` separates families (training envs, the evaluation env) so that
     evaluation never replays the training envs' starting states; `start_step`
-    gives a resumed run fresh episodes rather than a replay of the first ones.
+    gives a resumed run fresh episodes rather than a replay of the first ones,
+    and `restart` does the same for envs recreated after a failure.
     """
-    children = np.random.SeedSequence([seed, stream, start_step]).spawn(count)
+    key = [seed, stream, start_step] + ([restart] if restart else [])
+    children = np.random.SeedSequence(key).spawn(count)
     return [int(child.generate_state(1)[0]) for child in children]
 
 

@@ -7,8 +7,9 @@ outputs stay tensors until a phase is over, files are written buffered.
 
 Metric files (JSON lines, one object per line, in `RUN_DIR/metrics/`):
 - `train.jsonl`: `{"event": "episode", "step", "episode_return", "episode_length",
-  "exploration_rate"}` per finished training episode, and `{"event": "update", "step",
-  "loss", ...}` with the mean learner outputs of each training phase;
+  "exploration_rate"}` per finished training episode, `{"event": "update", "step",
+  "loss", ...}` with the mean learner outputs of each training phase, and
+  `{"event": "env_restart", "step", "restarts", "error"}` when envs were recreated;
 - `eval.jsonl`: `{"step", "mean_return", "std_return", "min_return", "max_return",
   "mean_length", "episodes"}` per evaluation.
 """
@@ -52,6 +53,16 @@ class StepsCollected:
 
 
 @dataclass
+class EnvsRestarted:
+    """The training envs failed and were recreated (`on_env_error="restart"`); the run goes on."""
+
+    step: int
+    restarts: int
+    """Restarts so far in this run, this one included."""
+    error: str
+
+
+@dataclass
 class TrainStep:
     step: int
     output: TrainOutput
@@ -81,7 +92,9 @@ class TrainingEnded:
     """The stop reason when the run ended before its total, else None."""
 
 
-Event = Union[TrainingStarted, StepsCollected, TrainStep, EvaluationStarted, EvaluationEnded, TrainingEnded]
+Event = Union[
+    TrainingStarted, StepsCollected, EnvsRestarted, TrainStep, EvaluationStarted, EvaluationEnded, TrainingEnded
+]
 
 
 @dataclass
@@ -104,9 +117,11 @@ class RunStats:
     best_eval_step: int | None = None
     evaluations: int = 0
     train_steps: int = 0
+    env_restarts: int = 0
     started_at: float = field(default_factory=time.perf_counter)
 
-    COUNTERS = ("episodes", "train_steps", "evaluations", "last_eval_return", "best_eval_return", "best_eval_step")
+    COUNTERS = ("episodes", "train_steps", "evaluations", "env_restarts", "last_eval_return", "best_eval_return",
+                "best_eval_step")
 
     def counters(self) -> dict[str, Any]:
         """The running totals a checkpoint keeps, so a resumed run's summary counts the whole run."""
@@ -184,6 +199,8 @@ class EventProcessor:
             rate = event.steps.context.get("exploration_rate")
             if rate is not None and len(rate):
                 stats.exploration_rate = float(rate[-1])
+        elif isinstance(event, EnvsRestarted):
+            stats.env_restarts = event.restarts
         elif isinstance(event, TrainStep):
             stats.train_steps += 1
             self._phase_outputs.append(event.output)
@@ -226,6 +243,10 @@ class MetricsLog:
                 }
                 for values in zip(*columns.values()):
                     self._train.write(json.dumps({"event": "episode", **dict(zip(columns, values))}) + "\n")
+        elif isinstance(event, EnvsRestarted):
+            row = {"event": "env_restart", "step": event.step, "restarts": event.restarts, "error": event.error}
+            self._train.write(json.dumps(row) + "\n")
+            self.flush()
         elif isinstance(event, EvaluationEnded):
             returns = event.returns
             mean = event.mean_return
@@ -281,6 +302,8 @@ class TensorBoardLog:
                 scalar("rollout/ep_length", steps.episode_lengths[row], step)
                 if "exploration_rate" in steps.context:
                     scalar("rollout/exploration_rate", steps.context["exploration_rate"][row], step)
+        elif isinstance(event, EnvsRestarted):
+            scalar("rollout/env_restarts", event.restarts, event.step)
         elif isinstance(event, EvaluationEnded):
             returns = event.returns
             scalar("eval/mean_return", event.mean_return, event.step)
@@ -365,6 +388,12 @@ class ProgressDisplay:
             self._episode_returns.extend(event.steps.episode_returns[event.steps.done].tolist())
         elif isinstance(event, EvaluationEnded):
             self._eval_returns.append(event.mean_return)
+        if isinstance(event, EnvsRestarted):
+            message = f"step {event.step:,}: environments restarted ({event.restarts} so far) after: {event.error}"
+            if self._live is not None:
+                self._live.console.print(message)
+            else:
+                print(message, file=self.stream, flush=True)
         if not self.live:
             if isinstance(event, EvaluationEnded):
                 print(status_line(stats), file=self.stream, flush=True)
@@ -415,6 +444,8 @@ class ProgressDisplay:
         ]
         if stats.exploration_rate is not None:
             cells.append(("epsilon", f"{stats.exploration_rate:.3f}"))
+        if stats.env_restarts:
+            cells.append(("env restarts", f"{stats.env_restarts:,}"))
         cells.extend((name, _fmt(value, 4)) for name, value in stats.last_outputs.items())
         if len(cells) % 2:
             cells.append(("", ""))

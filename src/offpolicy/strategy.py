@@ -16,7 +16,10 @@ step has none yet, so a run can always resume exactly where it ended.
 
 Faults stop the loop with an error and leave the last good checkpoint: an
 environment that fails, hangs (`env_timeout`) or returns NaN, and a NaN or
-infinite training output (a diverged run is never checkpointed).
+infinite training output (a diverged run is never checkpointed). With
+`on_env_error="restart"` a failing chunk is dropped instead, the training envs
+are recreated with fresh seeds (episodes under way are abandoned) and the loop
+goes on; envs that fail again before any chunk succeeds stop it after a few tries.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from offpolicy.checkpoint import Checkpointer, NonFiniteStateError
 from offpolicy.config import OffPolicyConfig
 from offpolicy.envs import EVALUATION_ENV, TRAINING_ENVS, EnvFactory, derive_seeds
 from offpolicy.events import (
+    EnvsRestarted,
     EvaluationEnded,
     EvaluationStarted,
     EventProcessor,
@@ -45,6 +49,7 @@ from offpolicy.events import (
 from offpolicy.interrupt import Interrupter
 from offpolicy.policy import Policy, PolicyLearner
 from offpolicy.runners import (
+    EnvRunner,
     EnvRunnerError,
     HangWatchdog,
     StepBatch,
@@ -53,6 +58,9 @@ from offpolicy.runners import (
 )
 
 log = logging.getLogger("offpolicy")
+
+MAX_FAILURES_IN_A_ROW = 3
+"""With on_env_error='restart', envs that fail again before a single chunk succeeds stop the run after this many."""
 
 
 @dataclass
@@ -70,6 +78,8 @@ class TrainingComponents:
     """Seconds one env step may take before the run stops (0: no limit)."""
     save_buffer: bool = False
     """Also store the replay buffer's contents in each checkpoint."""
+    on_env_error: str = "stop"
+    """'restart' recreates the training envs after a failure instead of stopping the run."""
 
 
 def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) -> None:
@@ -134,16 +144,15 @@ class OffPolicyStrategy:
         with ExitStack() as cleanup:
             watchdog = HangWatchdog(components.env_timeout)
             cleanup.callback(watchdog.close)
-            env_runner = cleanup.enter_context(
-                make_collection_runner(
-                    config.backend,
-                    env_factory,
-                    derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, starting_step),
-                    acting_policy,
-                    config.autobatch_size,
-                    watchdog,
+
+            def training_envs(step: int, restarts: int = 0) -> EnvRunner:
+                seeds = derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, step, restarts)
+                return make_collection_runner(
+                    config.backend, env_factory, seeds, acting_policy, config.autobatch_size, watchdog
                 )
-            )
+
+            env_runner: EnvRunner | None = None  # made in the loop, so that failing to start is a failure too
+            cleanup.callback(lambda: env_runner is not None and env_runner.close())
             eval_runner = cleanup.enter_context(
                 make_evaluation_runner(
                     config.backend,
@@ -157,15 +166,29 @@ class OffPolicyStrategy:
             step = starting_step
             next_eval = (starting_step // config.eval_interval + 1) * config.eval_interval
             intermediary_update = None
+            failures_in_a_row = 0
             while step < total:
                 if interrupter.should_stop():
                     log.info("Training interrupted: %s", interrupter.reason or "reason unknown")
                     break
 
                 previous_step = step
-                steps = env_runner.run_steps(min(config.train_interval, total - step))
+                try:
+                    if env_runner is None:
+                        env_runner = training_envs(step, events.stats.env_restarts)
+                    steps = env_runner.run_steps(min(config.train_interval, total - step))
+                    push_steps(buffer, steps, previous_step)
+                except EnvRunnerError as error:
+                    failures_in_a_row += 1
+                    if components.on_env_error != "restart" or failures_in_a_row > MAX_FAILURES_IN_A_ROW:
+                        raise
+                    if env_runner is not None:
+                        env_runner.close()
+                        env_runner = None
+                    events.process_train(EnvsRestarted(step, events.stats.env_restarts + 1, str(error)))
+                    continue
+                failures_in_a_row = 0
                 step += len(steps)
-                push_steps(buffer, steps, previous_step)
                 events.process_train(StepsCollected(step, steps))
 
                 if len(buffer) >= config.train_batch_size and step >= config.warmup_steps:

@@ -193,6 +193,7 @@ def train(
         seed=config.seed,
         env_timeout=config.env_timeout,
         save_buffer=config.save_buffer,
+        on_env_error=config.on_env_error,
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))

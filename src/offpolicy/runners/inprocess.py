@@ -34,6 +34,7 @@ class SingleEnvRunner(EnvRunner):
         self.device = policy.device
         self.deterministic = deterministic
         self.session = EnvSession(factory, 0, seed)
+        self.watchdog = watchdog
         if watchdog is not None:
             watchdog.watch([self.session])
 
@@ -58,6 +59,8 @@ class SingleEnvRunner(EnvRunner):
         return self.policy.state()
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.unwatch([self.session])
         self.session.close()
 
 
@@ -85,6 +88,7 @@ class InProcessMultiEnvRunner(EnvRunner):
         self.autobatch_size = autobatch_size
         self.deterministic = deterministic
         self.sessions = [EnvSession(factory, env_id, seed) for env_id, seed in enumerate(seeds)]
+        self.watchdog = watchdog
         if watchdog is not None:
             watchdog.watch(self.sessions)
         self._owed: deque[int] = deque(range(len(seeds)))
@@ -122,5 +126,7 @@ class InProcessMultiEnvRunner(EnvRunner):
         return self.policy.state()
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.unwatch(self.sessions)
         for session in self.sessions:
             session.close()

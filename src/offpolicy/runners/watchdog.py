@@ -69,6 +69,11 @@ class HangWatchdog:
             self._thread = threading.Thread(target=self._watch, name="offpolicy-watchdog", daemon=True)
             self._thread.start()
 
+    def unwatch(self, sessions: Iterable[EnvSession]) -> None:
+        """Stop guarding these sessions (their runner is closing)."""
+        closing = {id(session) for session in sessions}
+        self._sessions = [session for session in self._sessions if id(session) not in closing]
+
     def _watch(self) -> None:
         period = min(0.25, self.timeout / 4)
         while not self._stop.wait(period):
