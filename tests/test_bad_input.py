@@ -35,6 +35,7 @@ CASES = [
     ("torch_threads below 1", ["train", "--torch-threads", "0"], "torch_threads must be a positive integer"),
     ("keep_checkpoints below 1", ["train", "--keep-checkpoints", "0"], "keep_checkpoints must be a positive integer"),
     ("negative env_timeout", ["train", "--env-timeout", "-1"], "env_timeout must be a number of seconds, 0 or more"),
+    ("negative ray_actors", ["train", "--ray-actors", "-1"], "ray_actors must be 0 (one per CPU) or more, got -1"),
     ("unknown on_env_error", ["train", "--on-env-error", "retry"], "on_env_error must be one of stop, restart, got 'retry'"),
     ("not a number", ["train", "--num-envs", "2.5"], "argument --num-envs: invalid int value: '2.5'"),
     ("unknown option", ["train", "--num-env", "4", "dqn"], "unrecognized arguments: --num-env (did you mean --num-envs? see: offpolicy --help)"),

@@ -37,7 +37,7 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 """Stopped by SIGTERM (e.g. a job scheduler); a final checkpoint was written."""
 RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout",
-               "on_env_error")
+               "on_env_error", "ray_address", "ray_actors")
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 RUN_FAILURES = (EnvRunnerError, NonFiniteStateError)
 

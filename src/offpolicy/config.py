@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, TypeVar
 
-BACKENDS = ("inprocess", "threads", "processes")
+BACKENDS = ("inprocess", "threads", "processes", "ray")
 ON_ENV_ERROR = ("stop", "restart")
 
 
@@ -62,8 +62,9 @@ class OffPolicyConfig:
     backend: str = "inprocess"
     """Where environments step: 'inprocess' (trainer thread, batched; fastest for cheap envs,
     reproducible), 'processes' (worker processes, one per core, data in shared memory; for envs
-    that cost more than about 0.05 ms a step) or 'threads' (a thread per env and a shared
-    inference server: the seed's literal design, for envs that release the GIL)."""
+    that cost more than about 0.05 ms a step), 'threads' (a thread per env and a shared
+    inference server: the seed's literal design, for envs that release the GIL) or 'ray' (Ray
+    actors, each with several envs and a policy copy; on this machine or a cluster)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -139,6 +140,10 @@ class RunConfig:
     env_timeout: float = 10.0
     """Seconds one environment step or reset may take before the run stops with an error naming the env
     (0: wait forever)."""
+    ray_address: str = ""
+    """With backend 'ray': the cluster to join (e.g. ray://head:10001 or auto); empty starts a local Ray."""
+    ray_actors: int = 0
+    """With backend 'ray': env actors (the envs are spread evenly); 0 means one per CPU, at most one per env."""
     on_env_error: str = "stop"
     """What a failing training env does to the run: 'stop' (an error naming the env, the last checkpoint
     intact) or 'restart' (recreate the training envs and go on, counting restarts in the metrics)."""
@@ -159,6 +164,8 @@ class RunConfig:
         for name in ("save_buffer", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.ray_actors, bool) or not isinstance(self.ray_actors, int) or self.ray_actors < 0:
+            raise ConfigError(f"ray_actors must be 0 (one per CPU) or more, got {self.ray_actors!r}")
         if self.on_env_error not in ON_ENV_ERROR:
             raise ConfigError(f"on_env_error must be one of {', '.join(ON_ENV_ERROR)}, got {self.on_env_error!r}")
         if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) or not (

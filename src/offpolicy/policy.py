@@ -75,12 +75,16 @@ class Policy(ABC):
             action = self.act(batch, deterministic).actions[0].cpu().numpy()
         return action.item() if action.ndim == 0 else action
 
+    env_steps: int = 0
+    """Environment steps acted so far, which progress-dependent schedules (exploration) follow."""
+
     def set_env_steps(self, steps: int) -> None:
         """Tell the policy how many environment steps were taken so far.
 
         Schedules that depend on progress (exploration) then continue where a
-        resumed run stopped. Policies without such schedules ignore it.
+        resumed run stopped, or follow the whole run when envs act on several copies.
         """
+        self.env_steps = steps
 
     def exploration_state(self) -> dict[str, Any]:
         """The random state exploration draws from, saved in checkpoints so a resumed run continues it."""

@@ -80,6 +80,8 @@ class TrainingComponents:
     """Also store the replay buffer's contents in each checkpoint."""
     on_env_error: str = "stop"
     """'restart' recreates the training envs after a failure instead of stopping the run."""
+    ray_actors: int = 0
+    ray_address: str = ""
 
 
 def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) -> None:
@@ -148,7 +150,8 @@ class OffPolicyStrategy:
             def training_envs(step: int, restarts: int = 0) -> EnvRunner:
                 seeds = derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, step, restarts)
                 return make_collection_runner(
-                    config.backend, env_factory, seeds, acting_policy, config.autobatch_size, watchdog
+                    config.backend, env_factory, seeds, acting_policy, config.autobatch_size, watchdog,
+                    components.ray_actors, components.ray_address,
                 )
 
             env_runner: EnvRunner | None = None  # made in the loop, so that failing to start is a failure too

@@ -148,6 +148,10 @@ def train(
     inference_device = check_device(config.inference_device, "inference_device") if config.inference_device else device
     if save and config.tensorboard:
         tensorboard_writer_class()  # a missing extra is reported before anything is written
+    if config.strategy.backend == "ray":
+        from offpolicy.runners.ray_actors import import_ray
+
+        import_ray()
     factory = make_env_factory(env if env is not None else config.env)
     observation_space, action_space = probe_spaces(factory)
 
@@ -194,6 +198,8 @@ def train(
         env_timeout=config.env_timeout,
         save_buffer=config.save_buffer,
         on_env_error=config.on_env_error,
+        ray_actors=config.ray_actors,
+        ray_address=config.ray_address,
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))

@@ -159,8 +159,6 @@ class DQNPolicy(Policy):
         self.device = torch.device(device)
         return self
 
-    def set_env_steps(self, steps: int) -> None:
-        self.env_steps = steps
 
 
 class DQNLearner(PolicyLearner):

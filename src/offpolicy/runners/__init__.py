@@ -34,6 +34,8 @@ def make_collection_runner(
     policy: Policy,
     autobatch_size: int,
     watchdog: HangWatchdog | None = None,
+    ray_actors: int = 0,
+    ray_address: str = "",
 ) -> EnvRunner:
     """The multi-env runner of the chosen backend (`OffPolicyConfig.backend`).
 
@@ -48,13 +50,18 @@ def make_collection_runner(
         return MultiEnvRunner(factory, seeds, server, env_timeout=timeout)
     if backend == "processes":
         return ProcessMultiEnvRunner(factory, seeds, policy, autobatch_size, env_timeout=timeout)
+    if backend == "ray":
+        from offpolicy.runners.ray_actors import RayMultiEnvRunner  # Ray is an optional extra
+
+        return RayMultiEnvRunner(factory, seeds, policy, autobatch_size, ray_actors, ray_address, timeout)
     raise ValueError(f"unknown backend {backend!r}")
 
 
 def make_evaluation_runner(
     backend: str, factory: EnvFactory, seed: int, policy: Policy, watchdog: HangWatchdog | None = None
 ) -> EnvRunner:
-    """Deterministic whole episodes: an async runner with a one-slot server, or a direct one in-process."""
+    """Deterministic whole episodes: an async runner with a one-slot server, or a direct one in-process
+    (also for the processes and ray backends: evaluation runs in the trainer)."""
     if backend == "threads":
         timeout = watchdog.timeout if watchdog is not None else 0.0
         return AsyncEnvRunner(factory, InferenceServer(policy, 1), seed, deterministic=True, env_timeout=timeout)
