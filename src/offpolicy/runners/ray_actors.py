@@ -123,8 +123,8 @@ class RayMultiEnvRunner(EnvRunner):
         pending = list(self._in_flight)
         done, _ = ray.wait(pending, num_returns=1, timeout=self.env_timeout or None)
         if done:
-            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-            done = [ref for ref in pending if ref in set(ready)]
+            ready = set(ray.wait(pending, num_returns=len(pending), timeout=0)[0])
+            done = [ref for ref in pending if ref in ready]
         if not done:
             waiting = sorted(self._in_flight.values())
             raise EnvTimeoutError(
