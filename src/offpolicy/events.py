@@ -22,6 +22,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
@@ -46,8 +47,10 @@ class StepsCollected:
     steps: StepBatch
     """The chunk's steps; the last one is environment step `step` of the run."""
 
+    @cached_property
     def finished_episodes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Row indices of the steps that ended an episode, and the run's step number of each."""
+        """Row indices of the steps that ended an episode, and the run's step number of each
+        (computed once, whichever sink asks first)."""
         rows = np.flatnonzero(self.steps.done)
         return rows, rows + (self.step - len(self.steps) + 1)
 
@@ -193,7 +196,7 @@ class EventProcessor:
             stats.started_at = time.perf_counter()
         elif isinstance(event, StepsCollected):
             stats.step = event.step
-            rows, _ = event.finished_episodes()
+            rows, _ = event.finished_episodes
             stats.episodes += len(rows)
             stats.recent_returns.extend(event.steps.episode_returns[rows].tolist())
             rate = event.steps.context.get("exploration_rate")
@@ -232,7 +235,7 @@ class MetricsLog:
             row = {"event": "update", "step": stats.closed_phase_step, **stats.closed_phase}
             self._train.write(json.dumps(row) + "\n")
         if isinstance(event, StepsCollected):
-            rows, run_steps = event.finished_episodes()
+            rows, run_steps = event.finished_episodes
             if len(rows):
                 steps = event.steps
                 columns = {
@@ -295,7 +298,7 @@ class TensorBoardLog:
             for name, value in stats.closed_phase.items():
                 scalar(f"train/{name}", value, stats.closed_phase_step)
         if isinstance(event, StepsCollected):
-            rows, run_steps = event.finished_episodes()
+            rows, run_steps = event.finished_episodes
             steps = event.steps
             for row, step in zip(rows.tolist(), run_steps.tolist()):
                 scalar("rollout/ep_return", steps.episode_returns[row], step)
@@ -385,7 +388,7 @@ class ProgressDisplay:
         if self.quiet:
             return
         if isinstance(event, StepsCollected):
-            self._episode_returns.extend(event.steps.episode_returns[event.steps.done].tolist())
+            self._episode_returns.extend(event.steps.episode_returns[event.finished_episodes[0]].tolist())
         elif isinstance(event, EvaluationEnded):
             self._eval_returns.append(event.mean_return)
         if isinstance(event, EnvsRestarted):

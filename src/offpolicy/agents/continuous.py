@@ -19,7 +19,7 @@ from offpolicy.envs import EnvError
 
 
 def validate_common(config: object) -> None:
-    """The rules SAC and TD3 share for lr, gamma, tau, hidden and layers."""
+    """The rules every agent (DQN, SAC, TD3) shares for lr, gamma, tau, hidden and layers."""
     from offpolicy.config import ConfigError
 
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]

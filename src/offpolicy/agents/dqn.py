@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from offpolicy.agents.continuous import validate_common
 from offpolicy.agents.fast_mlp import FastMLP, supports
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
@@ -58,16 +59,7 @@ class DQNConfig:
     def validate(self) -> None:
         from offpolicy.config import ConfigError
 
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be positive, got {self.lr}")
-        if not 0 <= self.gamma <= 1:
-            raise ConfigError(f"gamma must be between 0 and 1, got {self.gamma}")
-        if not 0 < self.tau <= 1:
-            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
-        if self.hidden < 1:
-            raise ConfigError(f"hidden must be at least 1, got {self.hidden}")
-        if self.layers < 2:
-            raise ConfigError(f"layers must be at least 2, got {self.layers}")
+        validate_common(self)
         for name in ("exploration_start", "exploration_end"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be between 0 and 1, got {getattr(self, name)}")

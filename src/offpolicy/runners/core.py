@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,15 @@ class StepBatch:
 
 _ARRAY_FIELDS = ("env_ids", "observations", "next_observations", "actions", "rewards", "terminated", "truncated",
                  "episode_returns", "episode_lengths")
+
+
+def pop_steps(ready: "deque[StepBatch]", wanted: int) -> StepBatch:
+    """The oldest ready chunk, cut to at most `wanted` steps; the rest stays first in line."""
+    chunk = ready.popleft()
+    if len(chunk) > wanted:
+        chunk, rest = chunk[:wanted], chunk[wanted:]
+        ready.appendleft(rest)
+    return chunk
 
 
 class EnvRunnerError(RuntimeError):

@@ -28,7 +28,7 @@ import torch
 from offpolicy._env_worker import allocate, work
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, whole_episodes
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, pop_steps, whole_episodes
 from offpolicy.runners.watchdog import EnvTimeoutError
 
 START_TIMEOUT_S = 120.0
@@ -215,10 +215,7 @@ class ProcessMultiEnvRunner(EnvRunner):
             if not self._ready:
                 self._collect()
                 continue
-            chunk = self._ready.popleft()
-            if len(chunk) > count - taken:  # hand out what is asked; the rest waits for the next call
-                chunk, rest = chunk[: count - taken], chunk[count - taken :]
-                self._ready.appendleft(rest)
+            chunk = pop_steps(self._ready, count - taken)
             chunks.append(chunk)
             taken += len(chunk)
             self._pending.extend(chunk.env_ids.tolist())

@@ -29,7 +29,7 @@ import torch
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, whole_episodes
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, pop_steps, whole_episodes
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner
 from offpolicy.runners.watchdog import EnvTimeoutError
 
@@ -153,10 +153,7 @@ class RayMultiEnvRunner(EnvRunner):
             if not self._ready:
                 self._collect()
                 continue
-            chunk = self._ready.popleft()
-            if len(chunk) > count - taken:
-                chunk, rest = chunk[: count - taken], chunk[count - taken :]
-                self._ready.appendleft(rest)
+            chunk = pop_steps(self._ready, count - taken)
             chunks.append(chunk)
             taken += len(chunk)
         return StepBatch.concatenate(chunks)
