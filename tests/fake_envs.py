@@ -97,3 +97,28 @@ class BrokenEnv(CountingEnv):
 
                 time.sleep(60)
         return observation, reward, terminated, truncated, info
+
+
+class SelfKillingEnv(CountingEnv):
+    """SIGKILLs its own process at its step `at`: only the first env of a run to get there, as
+    `marker` (a file path) records; a stand-in for `kill -9` of a worker or a lost machine."""
+
+    def __init__(self, marker: str, at: int = 50) -> None:
+        super().__init__(length=4)
+        self.marker = marker
+        self.at = at
+        self.steps = 0
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        if self.steps == self.at:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)

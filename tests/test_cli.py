@@ -51,6 +51,18 @@ def test_help_documents_every_field_with_default():
     assert "(default: 40000)" in text
 
 
+def test_ray_fleet_options_size_the_run():
+    from offpolicy.cli import build_parser, resolve_config
+
+    def config(*options):
+        return resolve_config(build_parser().parse_args(["train", "--backend", "ray", *options]))
+
+    assert config("--ray-actors", "4", "--envs-per-actor", "4").strategy.num_envs == 16
+    assert config("--ray-actors", "2").strategy.num_envs == 8  # the preset's, spread over the actors
+    fleet = config("--envs-per-actor", "2", "--ray-address", "auto")
+    assert (fleet.envs_per_actor, fleet.ray_actors, fleet.ray_address) == (2, 0, "auto")
+
+
 def test_presets_are_listed():
     out = run("presets").stdout
     for name in ("dqn-cartpole", "seed-example", "sac-pendulum", "td3-pendulum", "dqn-lunarlander",

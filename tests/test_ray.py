@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 from helpers import CountingEnv, StubPolicy  # noqa: E402
 from offpolicy.config import ConfigError  # noqa: E402
 from offpolicy.events import StepsCollected  # noqa: E402
-from offpolicy.runners import EnvRunnerError, make_collection_runner  # noqa: E402
+from offpolicy.runners import EnvRunnerError, RayFleet, make_collection_runner  # noqa: E402
 from test_strategy import CASES, run  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -52,7 +52,7 @@ def test_parameters_reach_every_actor_each_phase(tmp_path):
 
 def test_a_dead_actor_is_named():
     runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), [0, 1, 2, 3], StubPolicy(), 2,
-                                    ray_actors=2)
+                                    ray_fleet=RayFleet(actors=2))
     try:
         runner.run_steps(8)
         ray.kill(runner.actors[1])
@@ -61,6 +61,76 @@ def test_a_dead_actor_is_named():
                 runner.run_steps(8)
     finally:
         runner.close()
+
+
+def test_a_failed_actor_is_replaced_while_the_others_keep_stepping():
+    runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), [0, 1, 2, 3], StubPolicy(), 2,
+                                    ray_fleet=RayFleet(envs_per_actor=2))
+    try:
+        runner.run_steps(8)
+        survivor = runner.actors[0]
+        ray.kill(runner.actors[1])
+        with pytest.raises(EnvRunnerError) as failure:
+            for _ in range(50):
+                runner.run_steps(8)
+        assert failure.value.env_ids == (2, 3)
+        assert runner.replace_failed(failure.value.env_ids, [10, 11, 12, 13])
+        assert runner.actors[0] is survivor and len(runner.actors) == 2
+        steps = runner.run_steps(40)
+        assert len(steps) == 40 and set(steps.env_ids.tolist()) == {0, 1, 2, 3}
+    finally:
+        runner.close()
+
+
+def test_envs_per_actor_sizes_the_fleet(tmp_path):
+    assert RayFleet(envs_per_actor=3).plan(7, cpus=2) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert RayFleet(actors=2).plan(5, cpus=16) == [[0, 1, 2], [3, 4]]
+    assert RayFleet().plan(3, cpus=16) == [[0], [1], [2]]  # one per CPU, at most one per env
+    runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), list(range(6)), StubPolicy(), 3,
+                                    ray_fleet=RayFleet(envs_per_actor=3))
+    try:
+        assert runner.actor_envs == [[0, 1, 2], [3, 4, 5]]
+        assert sorted(set(runner.run_steps(60).env_ids.tolist())) == list(range(6))
+    finally:
+        runner.close()
+
+
+def kill_config(tmp_path, on_env_error):
+    from offpolicy import OffPolicyConfig, RunConfig
+
+    return RunConfig(
+        num_steps=1200, env_timeout=30.0, on_env_error=on_env_error, ray_actors=2,
+        strategy=OffPolicyConfig(num_envs=4, autobatch_size=2, train_interval=8, train_steps=1, train_batch_size=16,
+                                 replay_buffer_size=500, eval_interval=200, backend="ray"),
+        hyperparameters={"hidden": 8},
+    )
+
+
+def test_an_actor_killed_mid_run_stops_it_with_the_last_checkpoint_intact(tmp_path):
+    from fake_envs import SelfKillingEnv
+    from offpolicy import train
+    from offpolicy.checkpoint import Checkpointer
+
+    env = functools.partial(SelfKillingEnv, str(tmp_path / "killed"), 150)  # near step 600 of the run
+    with pytest.raises(EnvRunnerError, match=r"Ray actor [01] \(environments \[[0-3], [0-3]\]\) died"):
+        train(kill_config(tmp_path, "stop"), env=env, run_dir=tmp_path / "run", quiet=True)
+    checkpointer = Checkpointer(tmp_path / "run" / "checkpoints")
+    assert checkpointer.latest is not None and checkpointer.latest.step >= 400
+    checkpointer.load(checkpointer.latest.step)
+
+
+def test_an_actor_killed_mid_run_is_replaced_with_restart(tmp_path):
+    import json
+
+    from fake_envs import SelfKillingEnv
+    from offpolicy import train
+
+    env = functools.partial(SelfKillingEnv, str(tmp_path / "killed"), 150)
+    result = train(kill_config(tmp_path, "restart"), env=env, run_dir=tmp_path / "run", quiet=True)
+    assert result.stats.step == 1200 and result.interrupted is None and result.stats.env_restarts == 1
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics" / "train.jsonl").read_text().splitlines()]
+    restarts = [row for row in rows if row["event"] == "env_restart"]
+    assert len(restarts) == 1 and "died" in restarts[0]["error"]
 
 
 def test_missing_ray_is_named(monkeypatch):

@@ -37,7 +37,7 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 """Stopped by SIGTERM (e.g. a job scheduler); a final checkpoint was written."""
 RUN_OPTIONS = ("num_steps", "seed", "device", "inference_device", "torch_threads", "keep_checkpoints", "env_timeout",
-               "on_env_error", "ray_address", "ray_actors")
+               "on_env_error", "ray_address", "ray_actors", "envs_per_actor")
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 RUN_FAILURES = (EnvRunnerError, NonFiniteStateError)
 
@@ -223,6 +223,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     for f in dataclasses.fields(OffPolicyConfig):
         if getattr(args, f.name) is not None:
             values["strategy"][f.name] = getattr(args, f.name)
+    if args.ray_actors and args.envs_per_actor and args.num_envs is None:
+        values["strategy"]["num_envs"] = args.ray_actors * args.envs_per_actor  # the fleet sizes the run
     own = {f.name for f in dataclasses.fields(AGENTS[values["agent"]].config_class)}
     for agent, spec in AGENTS.items():
         for f in dataclasses.fields(spec.config_class):

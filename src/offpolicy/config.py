@@ -143,7 +143,11 @@ class RunConfig:
     ray_address: str = ""
     """With backend 'ray': the cluster to join (e.g. ray://head:10001 or auto); empty starts a local Ray."""
     ray_actors: int = 0
-    """With backend 'ray': env actors (the envs are spread evenly); 0 means one per CPU, at most one per env."""
+    """With backend 'ray': env actors (the envs are spread evenly); 0 means one per CPU, at most one per env
+    (or one per envs_per_actor envs)."""
+    envs_per_actor: int = 0
+    """With backend 'ray': envs each actor steps, batching their inference (0: num_envs spread over the
+    actors); with ray_actors, num_envs must be ray_actors x envs_per_actor."""
     on_env_error: str = "stop"
     """What a failing training env does to the run: 'stop' (an error naming the env, the last checkpoint
     intact) or 'restart' (recreate the training envs and go on, counting restarts in the metrics)."""
@@ -166,12 +170,37 @@ class RunConfig:
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.ray_actors, bool) or not isinstance(self.ray_actors, int) or self.ray_actors < 0:
             raise ConfigError(f"ray_actors must be 0 (one per CPU) or more, got {self.ray_actors!r}")
+        if isinstance(self.envs_per_actor, bool) or not isinstance(self.envs_per_actor, int) or self.envs_per_actor < 0:
+            raise ConfigError(f"envs_per_actor must be 0 (spread evenly) or more, got {self.envs_per_actor!r}")
+        self.check_ray_fleet()
         if self.on_env_error not in ON_ENV_ERROR:
             raise ConfigError(f"on_env_error must be one of {', '.join(ON_ENV_ERROR)}, got {self.on_env_error!r}")
         if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) or not (
             0 <= self.env_timeout < float("inf")
         ):
             raise ConfigError(f"env_timeout must be a number of seconds, 0 or more, got {self.env_timeout!r}")
+
+    def check_ray_fleet(self) -> None:
+        """Ray settings only with the ray backend (elsewhere they would be silently ignored), and a fleet
+        that holds exactly num_envs envs."""
+        given = [name for name in ("ray_address", "ray_actors", "envs_per_actor") if getattr(self, name)]
+        if given and self.strategy.backend != "ray":
+            raise ConfigError(
+                f"{given[0]} applies to the ray backend only, but backend is {self.strategy.backend!r}: "
+                "add --backend ray (or drop the Ray options)"
+            )
+        num_envs = self.strategy.num_envs
+        if self.ray_actors and self.envs_per_actor and self.ray_actors * self.envs_per_actor != num_envs:
+            raise ConfigError(
+                f"ray_actors {self.ray_actors} x envs_per_actor {self.envs_per_actor} = "
+                f"{self.ray_actors * self.envs_per_actor} envs, but num_envs is {num_envs}: make num_envs "
+                f"{self.ray_actors * self.envs_per_actor} (leave out --num-envs) or give only one of the two"
+            )
+        if self.envs_per_actor > num_envs:
+            raise ConfigError(
+                f"envs_per_actor ({self.envs_per_actor}) must not exceed num_envs ({num_envs}): "
+                "raise num_envs or lower envs_per_actor"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -17,9 +17,10 @@ step has none yet, so a run can always resume exactly where it ended.
 Faults stop the loop with an error and leave the last good checkpoint: an
 environment that fails, hangs (`env_timeout`) or returns NaN, and a NaN or
 infinite training output (a diverged run is never checkpointed). With
-`on_env_error="restart"` a failing chunk is dropped instead, the training envs
-are recreated with fresh seeds (episodes under way are abandoned) and the loop
-goes on; envs that fail again before any chunk succeeds stop it after a few tries.
+`on_env_error="restart"` a failing chunk is dropped instead, the failed envs are
+recreated with fresh seeds (episodes under way are abandoned; the Ray backend
+replaces only the failed actor, the others recreate all their envs) and the
+loop goes on; envs that fail again before any chunk succeeds stop it after a few tries.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from offpolicy.runners import (
     EnvRunner,
     EnvRunnerError,
     HangWatchdog,
+    RayFleet,
     StepBatch,
     make_collection_runner,
     make_evaluation_runner,
@@ -80,8 +82,8 @@ class TrainingComponents:
     """Also store the replay buffer's contents in each checkpoint."""
     on_env_error: str = "stop"
     """'restart' recreates the training envs after a failure instead of stopping the run."""
-    ray_actors: int = 0
-    ray_address: str = ""
+    ray_fleet: RayFleet = RayFleet()
+    """With backend 'ray': actors, envs per actor, cluster address."""
 
 
 def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) -> None:
@@ -96,7 +98,8 @@ def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) 
             bad = int(np.flatnonzero(~np.isfinite(values.reshape(len(steps), -1)).all(axis=1))[0])
             raise EnvRunnerError(
                 f"environment {steps.env_ids[bad]} returned a NaN or infinite {what} "
-                f"at step {first_step + bad + 1:,} of the run"
+                f"at step {first_step + bad + 1:,} of the run",
+                [steps.env_ids[bad]],
             )
     buffer.push(steps.observations, steps.next_observations, steps.actions, steps.rewards, steps.terminated)
 
@@ -147,11 +150,14 @@ class OffPolicyStrategy:
             watchdog = HangWatchdog(components.env_timeout)
             cleanup.callback(watchdog.close)
 
-            def training_envs(step: int, restarts: int = 0) -> EnvRunner:
-                seeds = derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, step, restarts)
+            def training_seeds(step: int) -> list[int]:
+                restarts = events.stats.env_restarts
+                return derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, step, restarts)
+
+            def training_envs(step: int) -> EnvRunner:
                 return make_collection_runner(
-                    config.backend, env_factory, seeds, acting_policy, config.autobatch_size, watchdog,
-                    components.ray_actors, components.ray_address,
+                    config.backend, env_factory, training_seeds(step), acting_policy, config.autobatch_size,
+                    watchdog, components.ray_fleet,
                 )
 
             env_runner: EnvRunner | None = None  # made in the loop, so that failing to start is a failure too
@@ -170,6 +176,7 @@ class OffPolicyStrategy:
             next_eval = (starting_step // config.eval_interval + 1) * config.eval_interval
             intermediary_update = None
             failures_in_a_row = 0
+            failed_envs: tuple[int, ...] | None = None  # to restart before the next chunk
             while step < total:
                 if interrupter.should_stop():
                     log.info("Training interrupted: %s", interrupter.reason or "reason unknown")
@@ -177,17 +184,21 @@ class OffPolicyStrategy:
 
                 previous_step = step
                 try:
+                    if failed_envs is not None and env_runner is not None:
+                        replaced = env_runner.replace_failed(failed_envs, training_seeds(step))
+                        if not replaced:
+                            env_runner.close()
+                            env_runner = None
+                    failed_envs = None
                     if env_runner is None:
-                        env_runner = training_envs(step, events.stats.env_restarts)
+                        env_runner = training_envs(step)
                     steps = env_runner.run_steps(min(config.train_interval, total - step))
                     push_steps(buffer, steps, previous_step)
                 except EnvRunnerError as error:
                     failures_in_a_row += 1
                     if components.on_env_error != "restart" or failures_in_a_row > MAX_FAILURES_IN_A_ROW:
                         raise
-                    if env_runner is not None:
-                        env_runner.close()
-                        env_runner = None
+                    failed_envs = error.env_ids
                     events.process_train(EnvsRestarted(step, events.stats.env_restarts + 1, str(error)))
                     continue
                 failures_in_a_row = 0

@@ -34,6 +34,7 @@ from offpolicy.events import (
 )
 from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
+from offpolicy.runners.ray_actors import RayFleet, import_ray
 from offpolicy.strategy import OffPolicyStrategy, TrainingComponents
 
 CONFIG_FILE = "config.json"
@@ -149,8 +150,6 @@ def train(
     if save and config.tensorboard:
         tensorboard_writer_class()  # a missing extra is reported before anything is written
     if config.strategy.backend == "ray":
-        from offpolicy.runners.ray_actors import import_ray
-
         import_ray()
     factory = make_env_factory(env if env is not None else config.env)
     observation_space, action_space = probe_spaces(factory)
@@ -198,8 +197,7 @@ def train(
         env_timeout=config.env_timeout,
         save_buffer=config.save_buffer,
         on_env_error=config.on_env_error,
-        ray_actors=config.ray_actors,
-        ray_address=config.ray_address,
+        ray_fleet=RayFleet(config.ray_actors, config.envs_per_actor, config.ray_address),
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))

@@ -6,6 +6,7 @@ from offpolicy.policy import Policy
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, EnvSession, StepBatch, TimeStep
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner, SingleEnvRunner
 from offpolicy.runners.processes import ProcessMultiEnvRunner
+from offpolicy.runners.ray_actors import RayFleet, RayMultiEnvRunner  # imports Ray only when one is made
 from offpolicy.runners.threaded import AsyncEnvRunner, MultiEnvRunner
 from offpolicy.runners.watchdog import EnvTimeoutError, HangWatchdog
 
@@ -21,6 +22,8 @@ __all__ = [
     "InProcessMultiEnvRunner",
     "MultiEnvRunner",
     "ProcessMultiEnvRunner",
+    "RayFleet",
+    "RayMultiEnvRunner",
     "SingleEnvRunner",
     "StepBatch",
     "TimeStep",
@@ -34,8 +37,7 @@ def make_collection_runner(
     policy: Policy,
     autobatch_size: int,
     watchdog: HangWatchdog | None = None,
-    ray_actors: int = 0,
-    ray_address: str = "",
+    ray_fleet: RayFleet = RayFleet(),
 ) -> EnvRunner:
     """The multi-env runner of the chosen backend (`OffPolicyConfig.backend`).
 
@@ -51,9 +53,7 @@ def make_collection_runner(
     if backend == "processes":
         return ProcessMultiEnvRunner(factory, seeds, policy, autobatch_size, env_timeout=timeout)
     if backend == "ray":
-        from offpolicy.runners.ray_actors import RayMultiEnvRunner  # Ray is an optional extra
-
-        return RayMultiEnvRunner(factory, seeds, policy, autobatch_size, ray_actors, ray_address, timeout)
+        return RayMultiEnvRunner(factory, seeds, policy, autobatch_size, ray_fleet, timeout)
     raise ValueError(f"unknown backend {backend!r}")
 
 

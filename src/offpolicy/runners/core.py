@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import time
 
@@ -141,7 +141,14 @@ def pop_steps(ready: "deque[StepBatch]", wanted: int) -> StepBatch:
 
 
 class EnvRunnerError(RuntimeError):
-    """An environment failed while a runner stepped it; the message names the env."""
+    """An environment failed while a runner stepped it; the message names the env.
+
+    `env_ids` names the envs to replace to go on, where the runner knows them.
+    """
+
+    def __init__(self, message: str, env_ids: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.env_ids = tuple(int(env_id) for env_id in env_ids)
 
 
 class EnvSession:
@@ -241,6 +248,11 @@ class EnvRunner(ABC):
     @abstractmethod
     def policy_state(self) -> PolicyState:
         """The parameters the runner acts with."""
+
+    def replace_failed(self, env_ids: Sequence[int], seeds: Sequence[int]) -> bool:
+        """Replace the workers of the failed envs `env_ids` (new envs seeded from `seeds`, indexed by env id)
+        and keep the others stepping; False when this runner cannot, and all its envs must be recreated."""
+        return False
 
     def close(self) -> None:
         """Release environments and workers."""

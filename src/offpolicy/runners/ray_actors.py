@@ -11,6 +11,10 @@ object store once and every actor takes them before its next chunk; the chunk
 already under way was acted with the previous parameters (the seed's
 one-phase lag). Evaluation runs in the trainer.
 
+An actor that dies (its process killed, its machine lost) or whose env fails is
+named with its envs; `replace_failed` swaps in a fresh actor for it while the
+others keep stepping (`on_env_error="restart"`).
+
 Ray is started here, sized to this machine, when no instance is running and no
 address is given, and shut down again on close; a cluster joined with
 `ray_address` (or an instance the caller started) is left running.
@@ -21,7 +25,8 @@ from __future__ import annotations
 import copy
 import os
 from collections import deque
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -34,6 +39,26 @@ from offpolicy.runners.inprocess import InProcessMultiEnvRunner
 from offpolicy.runners.watchdog import EnvTimeoutError
 
 START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RayFleet:
+    """How many actors, how many envs each, on which cluster (`RunConfig.ray_*`, `envs_per_actor`)."""
+
+    actors: int = 0
+    """Env actors; 0: one per envs_per_actor envs if that is set, else one per CPU of the cluster."""
+    envs_per_actor: int = 0
+    """Envs each actor owns; 0: the envs spread evenly over the actors."""
+    address: str = ""
+    """The cluster to join; empty starts a local Ray instance (or uses the one already running)."""
+
+    def plan(self, num_envs: int, cpus: float) -> list[list[int]]:
+        """The env ids each actor owns: consecutive slices, every actor busy."""
+        if self.envs_per_actor:
+            size = self.envs_per_actor
+            return [list(range(start, min(start + size, num_envs))) for start in range(0, num_envs, size)]
+        actors = min(self.actors or max(1, int(cpus)), num_envs)
+        return [[int(i) for i in part] for part in np.array_split(np.arange(num_envs), actors)]
 
 
 def import_ray() -> Any:
@@ -71,7 +96,7 @@ class EnvActor:
 
 
 class RayMultiEnvRunner(EnvRunner):
-    """`len(seeds)` envs spread over `num_actors` Ray actors, one chunk request in flight per actor."""
+    """`len(seeds)` envs spread over Ray actors as `fleet` says, one chunk request in flight per actor."""
 
     def __init__(
         self,
@@ -79,38 +104,53 @@ class RayMultiEnvRunner(EnvRunner):
         seeds: list[int],
         policy: Policy,
         autobatch_size: int,
-        num_actors: int = 0,
-        address: str = "",
+        fleet: RayFleet = RayFleet(),
         env_timeout: float = 0.0,
     ) -> None:
-        """`num_actors` 0 means one per CPU of the Ray cluster, at most one per env."""
         ray = self.ray = import_ray()
+        self.factory = factory
         self.policy = policy
         self.device = policy.device
+        self.autobatch_size = autobatch_size
         self.env_timeout = env_timeout
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
-                     num_cpus=None if address else os.cpu_count())
+            ray.init(address=fleet.address or None, include_dashboard=False, log_to_driver=False,
+                     num_cpus=None if fleet.address else os.cpu_count())
         cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1)))
-        num_actors = min(num_actors or int(cpus), len(seeds))
-        self.actor_envs = [[int(i) for i in part] for part in np.array_split(np.arange(len(seeds)), num_actors)]
-        remote_actor = ray.remote(num_cpus=min(1.0, cpus / num_actors))(EnvActor)  # more actors than CPUs share
-        actor_policy = copy.deepcopy(policy).to("cpu")  # actors act on CPU wherever the trainer's copy lives
-        self.actors = [
-            remote_actor.remote(factory, env_ids, [seeds[i] for i in env_ids], actor_policy, autobatch_size)
-            for env_ids in self.actor_envs
-        ]
+        self.actor_envs = fleet.plan(len(seeds), cpus)
+        self.actor_of = {env_id: index for index, env_ids in enumerate(self.actor_envs) for env_id in env_ids}
+        self._remote_actor = ray.remote(num_cpus=min(1.0, cpus / len(self.actor_envs)))(EnvActor)  # may share CPUs
         self._env_steps = policy.env_steps  # the run's steps: those acted before, then those received
         self._in_flight: dict[Any, int] = {}
         self._ready: deque[StepBatch] = deque()
-        try:  # every actor up (its envs made and one step ahead) before any is asked for steps
-            ray.get([actor.ready.remote() for actor in self.actors], timeout=START_TIMEOUT_S)
-        except Exception as error:
+        self.actors = [self._start_actor(index, seeds) for index in range(len(self.actor_envs))]
+        try:
+            self._wait_until_ready(range(len(self.actors)))
+        except EnvRunnerError:
             self.close()
-            raise EnvRunnerError(f"Ray actors failed to start: {str(error).splitlines()[0]}") from None
-        for index in range(len(self.actors)):
+            raise
+
+    def _start_actor(self, index: int, seeds: Sequence[int]) -> Any:
+        """Actor `index` with its envs seeded from `seeds` and a CPU copy of the current policy."""
+        policy = copy.deepcopy(self.policy).to("cpu")  # actors act on CPU wherever the trainer's copy lives
+        policy.set_env_steps(self._env_steps)
+        env_ids = self.actor_envs[index]
+        return self._remote_actor.remote(self.factory, env_ids, [seeds[i] for i in env_ids], policy,
+                                         self.autobatch_size)
+
+    def _wait_until_ready(self, indices: Sequence[int]) -> None:
+        """Every actor in `indices` up (its envs made, one step ahead), then given its first request."""
+        indices = list(indices)
+        try:
+            self.ray.get([self.actors[i].ready.remote() for i in indices], timeout=START_TIMEOUT_S)
+        except Exception as error:
+            raise EnvRunnerError(
+                f"Ray actors {indices} failed to start: {str(error).splitlines()[0]}",
+                [env_id for i in indices for env_id in self.actor_envs[i]],
+            ) from None
+        for index in indices:
             self._request(index)
 
     def _request(self, index: int) -> None:
@@ -129,19 +169,21 @@ class RayMultiEnvRunner(EnvRunner):
             waiting = sorted(self._in_flight.values())
             raise EnvTimeoutError(
                 f"Ray actors {waiting} (environments {[self.actor_envs[i] for i in waiting]}) returned no steps "
-                f"within {self.env_timeout:g} s; an env hangs, or its steps are slower than --env-timeout allows"
+                f"within {self.env_timeout:g} s; an env hangs, or its steps are slower than --env-timeout allows",
+                [env_id for i in waiting for env_id in self.actor_envs[i]],
             )
         for ref in done:
             index = self._in_flight.pop(ref)
+            envs = self.actor_envs[index]
             try:
                 steps = ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 raise EnvRunnerError(
-                    f"Ray actor {index} (environments {self.actor_envs[index]}) died: {str(error).splitlines()[0]}"
+                    f"Ray actor {index} (environments {envs}) died: {str(error).splitlines()[0]}", envs
                 ) from None
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if isinstance(error.cause, EnvRunnerError) else error
-                raise EnvRunnerError(f"{str(cause).splitlines()[-1]} (in Ray actor {index})") from None
+                raise EnvRunnerError(f"{str(cause).splitlines()[-1]} (in Ray actor {index})", envs) from None
             self._env_steps += len(steps)
             self._ready.append(steps)
             self._request(index)
@@ -149,13 +191,17 @@ class RayMultiEnvRunner(EnvRunner):
     def run_steps(self, count: int) -> StepBatch:
         chunks: list[StepBatch] = []
         taken = 0
-        while taken < count:
-            if not self._ready:
-                self._collect()
-                continue
-            chunk = pop_steps(self._ready, count - taken)
-            chunks.append(chunk)
-            taken += len(chunk)
+        try:
+            while taken < count:
+                if not self._ready:
+                    self._collect()
+                    continue
+                chunk = pop_steps(self._ready, count - taken)
+                chunks.append(chunk)
+                taken += len(chunk)
+        except EnvRunnerError:
+            self._ready.extendleft(reversed(chunks))  # the other actors' good steps are kept for the next call
+            raise
         return StepBatch.concatenate(chunks)
 
     def run_episodes(self, count: int) -> list[StepBatch]:
@@ -171,8 +217,22 @@ class RayMultiEnvRunner(EnvRunner):
     def policy_state(self) -> PolicyState:
         return self.policy.state()
 
+    def replace_failed(self, env_ids: Sequence[int], seeds: Sequence[int]) -> bool:
+        """Kill the actors owning `env_ids` and start fresh ones (current parameters, new seeds);
+        the other actors' requests stay in flight."""
+        failed = sorted({self.actor_of[env_id] for env_id in env_ids})
+        if not failed:
+            return False
+        for index in failed:
+            self.ray.kill(self.actors[index])
+            for ref in [ref for ref, owner in self._in_flight.items() if owner == index]:
+                del self._in_flight[ref]
+            self.actors[index] = self._start_actor(index, seeds)
+        self._wait_until_ready(failed)
+        return True
+
     def close(self) -> None:
-        for actor in self.actors:
+        for actor in getattr(self, "actors", []):
             self.ray.kill(actor)
         self.actors = []
         self._in_flight.clear()
