@@ -197,7 +197,8 @@ def train(
         env_timeout=config.env_timeout,
         save_buffer=config.save_buffer,
         on_env_error=config.on_env_error,
-        ray_fleet=RayFleet(config.ray_actors, config.envs_per_actor, config.ray_address),
+        ray_fleet=RayFleet(config.ray_actors, config.envs_per_actor, config.ray_address,
+                           steps_per_env=max(1, config.strategy.train_interval // config.strategy.num_envs)),
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))
