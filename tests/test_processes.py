@@ -39,6 +39,17 @@ def test_run_steps_keeps_every_env_one_step_ahead(num_envs, autobatch, workers):
             assert sorted(in_flight) == list(range(num_envs)) and not r._pending
 
 
+@pytest.mark.parametrize("factory", [functools.partial(CountingEnv, 5), SlowEnv])
+def test_a_full_batch_is_answered_by_one_inference_call(factory):
+    """With autobatch_size == num_envs every call answers all envs, whether the workers' replies
+    arrive together (fast envs) or one by one (slow ones)."""
+    log = {"batches": [], "updates": []}
+    with ProcessMultiEnvRunner(factory, list(range(8)), StubPolicy(log), 8, num_workers=2) as batched:
+        for _ in range(20):
+            batched.run_steps(8)
+    assert [size for size, _, _ in log["batches"]] == [8] * 21  # the first answers the resets
+
+
 def test_timesteps_follow_each_env_and_keep_final_observation():
     with runner(3, 3, 2, functools.partial(CountingEnv, 3, 0.0, True)) as r:
         timesteps = r.run_steps(30).timesteps()

@@ -69,7 +69,9 @@ class ProcessMultiEnvRunner(EnvRunner):
         self.arrays = shared.views()
 
         workers = min(num_workers or default_workers(num_envs), num_envs)
-        slices = [list(part) for part in np.array_split(np.arange(num_envs), workers)]
+        # env i to worker i mod workers: a batch of consecutive requests spans every worker, so all of
+        # them step it at once (heavy env x8, autobatch 8: 1.0x -> 1.23x the in-process rate here)
+        slices = [list(range(start, num_envs, workers)) for start in range(workers)]
         self._connections = []
         self._processes = []
         self._worker_of: dict[int, int] = {}
@@ -158,7 +160,6 @@ class ProcessMultiEnvRunner(EnvRunner):
             if kind == "stepped":
                 self._ready.append(self._stepped(np.asarray(env_ids, dtype=np.int64)))
                 self._stepping.difference_update(env_ids)
-        self._flush()
 
     def _stepped(self, ids: np.ndarray) -> StepBatch:
         """The steps these envs just took, read from shared memory in one go; advance their episodes."""
@@ -215,10 +216,11 @@ class ProcessMultiEnvRunner(EnvRunner):
             if not self._ready:
                 self._collect()
                 continue
-            chunk = pop_steps(self._ready, count - taken)
-            chunks.append(chunk)
-            taken += len(chunk)
-            self._pending.extend(chunk.env_ids.tolist())
+            while self._ready and taken < count:  # all that arrived together asks together: one full batch
+                chunk = pop_steps(self._ready, count - taken)
+                chunks.append(chunk)
+                taken += len(chunk)
+                self._pending.extend(chunk.env_ids.tolist())
             self._flush()
         self._flush(force=True)
         return StepBatch.concatenate(chunks)
