@@ -1,6 +1,6 @@
 """Worker processes stepping environments in parallel, exchanging data through shared memory.
 
-Each worker process owns a slice of the envs. The runner (in the trainer)
+Each worker process owns every n-th env (env i in worker i mod n). The runner (in the trainer)
 is the inference server: envs handed back ask for their next action, and the
 pending requests are answered by one batched policy call once
 `min(active envs, autobatch_size)` are waiting, where an env is active while it
