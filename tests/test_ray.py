@@ -4,6 +4,7 @@ parameters reach the actors each phase, a dead actor is named, DQN still learns.
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,37 @@ def test_envs_per_actor_sizes_the_fleet(tmp_path):
         assert sorted(set(runner.run_steps(60).env_ids.tolist())) == list(range(6))
     finally:
         runner.close()
+    assert ray.is_initialized()  # an instance the runner did not start is left running
+
+
+def ray_daemons() -> set[int]:
+    """Process ids of running Ray node daemons (each Ray instance has one raylet)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and "raylet" in (entry / "comm").read_text():
+                found.add(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_the_command_starts_a_local_ray_and_shuts_it_down(tmp_path):
+    import subprocess
+
+    before = ray_daemons()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "offpolicy"), "train", "--backend", "ray", "--ray-actors", "1",
+         "--num-steps", "300", "--eval-interval", "150", "--quiet", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Done: 300 steps" in done.stdout
+    deadline = time.monotonic() + 20
+    while ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_daemons() - before, "the Ray instance the run started is still up"
 
 
 def kill_config(tmp_path, on_env_error):
