@@ -19,8 +19,8 @@ environment that fails, hangs (`env_timeout`) or returns NaN, and a NaN or
 infinite training output (a diverged run is never checkpointed). With
 `on_env_error="restart"` a failing chunk is dropped instead, the failed envs are
 recreated with fresh seeds (episodes under way are abandoned; the Ray backend
-replaces only the failed actor, the others recreate all their envs) and the
-loop goes on; envs that fail again before any chunk succeeds stop it after a few tries.
+replaces only the failed actor, the other backends recreate all their envs) and
+the loop goes on; envs that fail again before any chunk succeeds stop it after a few tries.
 """
 
 from __future__ import annotations
