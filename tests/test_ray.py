@@ -109,6 +109,22 @@ def ray_daemons() -> set[int]:
     return found
 
 
+def test_the_command_joins_a_running_cluster_and_leaves_it_running(tmp_path):
+    import subprocess
+
+    address = ray.get_runtime_context().gcs_address  # this module's instance, as a cluster to join
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "offpolicy"), "train", "--backend", "ray", "--ray-address", address,
+         "--ray-actors", "2", "--num-steps", "300", "--eval-interval", "150", "--quiet",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Done: 300 steps" in done.stdout
+    assert ray.get(ray.put("still here"), timeout=30) == "still here"
+    assert ray.cluster_resources().get("CPU") == 2
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 def test_the_command_starts_a_local_ray_and_shuts_it_down(tmp_path):
     import subprocess
