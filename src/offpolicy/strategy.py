@@ -184,11 +184,11 @@ class OffPolicyStrategy:
 
                 previous_step = step
                 try:
-                    if failed_envs is not None and env_runner is not None:
-                        replaced = env_runner.replace_failed(failed_envs, training_seeds(step))
-                        if not replaced:
-                            env_runner.close()
-                            env_runner = None
+                    if failed_envs is not None and env_runner is not None and not env_runner.replace_failed(
+                        failed_envs, training_seeds(step)
+                    ):
+                        env_runner.close()
+                        env_runner = None
                     failed_envs = None
                     if env_runner is None:
                         env_runner = training_envs(step)

@@ -259,7 +259,7 @@ class RayMultiEnvRunner(EnvRunner):
         return True
 
     def close(self) -> None:
-        for actor in getattr(self, "actors", []):
+        for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
         self._in_flight.clear()
