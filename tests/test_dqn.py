@@ -99,6 +99,32 @@ def test_fast_path_matches_autograd(layers, hidden):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_acting_through_numpy_follows_training_and_parameter_handover():
+    """The NumPy forward used for acting sees in-place training updates and parameters swapped in by
+    `update()` (new storage), and picks the same greedy actions as torch's forward."""
+    learner = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=3)
+    acting = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=4).policy()
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32))
+
+    def agrees(policy):
+        with torch.no_grad():
+            values = policy.forward(obs)
+        numpy_values = policy._fast.predict_numpy(obs.numpy())
+        return np.allclose(numpy_values, values.numpy(), rtol=1e-5, atol=1e-6) and torch.equal(
+            policy.greedy_actions(obs), values.argmax(1))
+
+    live = learner.policy()
+    assert agrees(live) and agrees(acting)
+    buffer = filled_buffer(1)
+    before = live.greedy_actions(obs)
+    for _ in range(200):
+        learner.train(buffer.sample(64))
+    assert agrees(live)
+    acting.update(learner.policy().state())
+    assert agrees(acting) and torch.equal(acting.greedy_actions(obs), live.greedy_actions(obs))
+    assert not torch.equal(before, live.greedy_actions(obs))  # training did change the actions
+
+
 def test_fast_path_covers_only_plain_relu_mlps():
     from torch import nn
 

@@ -117,9 +117,16 @@ class DQNPolicy(Policy):
             return self._fast.predict(inputs)
         return self.q_network(inputs)
 
-    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+    def greedy_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        """The actions of highest value; on the CPU computed by NumPy (`FastMLP.predict_numpy`)."""
+        if self._fast is not None and self.device.type == "cpu" and observations.device.type == "cpu":
+            inputs = observations.numpy().reshape(len(observations), -1).astype(np.float32, copy=False)
+            return torch.from_numpy(self._fast.predict_numpy(inputs).argmax(1))
         with torch.no_grad():
-            greedy = self.forward(observations).argmax(dim=1)
+            return self.forward(observations).argmax(dim=1)
+
+    def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
+        greedy = self.greedy_actions(observations)
         if deterministic:
             return PolicyOutput(greedy, {})
         epsilon = self.exploration_rate()

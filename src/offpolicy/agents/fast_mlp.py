@@ -10,6 +10,7 @@ checks both paths give the same parameters.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,6 +36,8 @@ class FastMLP:
         # The Parameter objects themselves (their values change in place or through `.data`), looked up
         # once: nn.Module attribute access costs about a microsecond per call.
         self.layers = [(layer.weight, layer.bias) for layer in network if isinstance(layer, nn.Linear)]
+        self._views_key: tuple[int, ...] = ()
+        self._views: list[tuple[np.ndarray, np.ndarray]] = []
 
     def predict(self, inputs: torch.Tensor) -> torch.Tensor:
         """The output alone (inference; call under `torch.no_grad()`)."""
@@ -45,6 +48,27 @@ class FastMLP:
             if index < last:
                 hidden = hidden.relu_()
         return hidden
+
+    def predict_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        """`predict` computed by NumPy, for CPU parameters: acting with a small network costs per-operation
+        overhead, and NumPy's is about half of torch's (measured: 25 vs 49 us for 8 rows through 4-64-64-2)."""
+        layers = self._numpy_views()
+        hidden = inputs
+        for index, (weight_t, bias) in enumerate(layers):
+            hidden = hidden @ weight_t
+            hidden += bias
+            if index < len(layers) - 1:
+                np.maximum(hidden, 0.0, out=hidden)
+        return hidden
+
+    def _numpy_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """NumPy views of the parameters: in-place updates show through them; they are made again when a
+        tensor's storage changes (`ParameterHandover.adopt` swaps `.data`)."""
+        key = tuple(tensor.data_ptr() for layer in self.layers for tensor in layer)
+        if key != self._views_key:
+            self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
+            self._views_key = key
+        return self._views
 
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The output, and the input of every linear layer (what the backward pass needs)."""

@@ -191,6 +191,12 @@ class EnvSession:
             self.busy_since = 0.0
 
     def step(self, action: Any, context: dict[str, float]) -> TimeStep:
+        observation = self.observation
+        return TimeStep(self.env_id, observation, *self.advance(action), context=context)
+
+    def advance(self, action: Any) -> tuple[Any, Any, float, bool, bool, int, float]:
+        """One step as a plain tuple, for runners that pack many into arrays: (next observation, action,
+        reward, terminated, truncated, episode length, episode return), the fields of `TimeStep` in order."""
         next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
         self.steps += 1
         if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
@@ -198,23 +204,12 @@ class EnvSession:
         reward = float(reward)
         self.episode_length += 1
         self.episode_return += reward
-        timestep = TimeStep(
-            env_id=self.env_id,
-            observation=self.observation,
-            next_observation=next_observation,
-            action=action,
-            reward=reward,
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            episode_length=self.episode_length,
-            episode_return=self.episode_return,
-            context=context,
-        )
+        length, episode_return = self.episode_length, self.episode_return
         if terminated or truncated:
             self.restart()
         else:
             self.observation = next_observation
-        return timestep
+        return next_observation, action, reward, bool(terminated), bool(truncated), length, episode_return
 
     def restart(self) -> None:
         """Begin a fresh episode (the env's generator continues, so episodes differ)."""

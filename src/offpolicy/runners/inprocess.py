@@ -14,7 +14,9 @@ import torch
 
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvSession, StepBatch, TimeStep, collect_episodes, whole_episodes
+from offpolicy.runners.core import (
+    EnvRunner, EnvSession, StepBatch, TimeStep, collect_episodes, pop_steps, whole_episodes,
+)
 from offpolicy.runners.watchdog import HangWatchdog
 
 
@@ -92,7 +94,7 @@ class InProcessMultiEnvRunner(EnvRunner):
         if watchdog is not None:
             watchdog.watch(self.sessions)
         self._owed: deque[int] = deque(range(len(seeds)))
-        self._ready: deque[TimeStep] = deque()
+        self._ready: deque[StepBatch] = deque()
         self._step_owed()
 
     def _step_owed(self) -> None:
@@ -102,19 +104,39 @@ class InProcessMultiEnvRunner(EnvRunner):
             with torch.no_grad():
                 output = self.policy.act(torch.as_tensor(observations, device=self.device), self.deterministic)
             actions = output.actions.cpu().numpy()
-            for env_id, action in zip(group, actions):
-                self._ready.append(self.sessions[env_id].step(action, output.context))
+            steps = [self.sessions[env_id].advance(action) for env_id, action in zip(group, actions)]
+            self._ready.append(self._pack(group, observations, actions, steps, output.context))
+
+    @staticmethod
+    def _pack(group: list[int], observations: np.ndarray, actions: np.ndarray, steps: list[tuple],
+              context: dict[str, float]) -> StepBatch:
+        """A group's steps (`EnvSession.advance` tuples) as one batch: a few array constructions per group."""
+        next_observations, _, rewards, terminated, truncated, lengths, returns = zip(*steps)
+        return StepBatch(
+            env_ids=np.array(group, dtype=np.int64),
+            observations=observations,
+            next_observations=np.stack(next_observations),
+            actions=actions,
+            rewards=np.array(rewards, dtype=np.float64),
+            terminated=np.array(terminated, dtype=bool),
+            truncated=np.array(truncated, dtype=bool),
+            episode_returns=np.array(returns, dtype=np.float64),
+            episode_lengths=np.array(lengths, dtype=np.int64),
+            context={key: np.full(len(group), value, dtype=np.float64) for key, value in context.items()},
+        )
 
     def run_steps(self, count: int) -> StepBatch:
-        timesteps: list[TimeStep] = []
-        while len(timesteps) < count:
+        chunks: list[StepBatch] = []
+        taken = 0
+        while taken < count:
             if not self._ready:
                 self._step_owed()
-            timestep = self._ready.popleft()
-            timesteps.append(timestep)
-            self._owed.append(timestep.env_id)
+            chunk = pop_steps(self._ready, count - taken)
+            chunks.append(chunk)
+            taken += len(chunk)
+            self._owed.extend(chunk.env_ids.tolist())
         self._step_owed()
-        return StepBatch.from_timesteps(timesteps)
+        return StepBatch.concatenate(chunks)
 
     def run_episodes(self, count: int) -> list[StepBatch]:
         return whole_episodes(self, count)
