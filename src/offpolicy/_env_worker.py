@@ -2,16 +2,20 @@
 
 Kept apart from the runner so a spawned worker imports only NumPy and
 Gymnasium, not torch: start-up takes a fraction of a second instead of seconds.
-Observations, actions, rewards and flags live in shared memory; the pipe
-carries only which envs to step.
+Observations, actions, rewards and flags live in shared memory, and so do the
+requests (which envs to step); semaphores say when there is work and when it is
+done. The pipe carries only start-up and error messages.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import signal
+import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -32,9 +36,17 @@ class SharedArrays:
         }
 
 
-def allocate(context: Any, num_envs: int, observation: np.ndarray, action: np.ndarray) -> SharedArrays:
-    """Shared rows shaped like one observation and one action, for `num_envs` envs."""
+def allocate(context: Any, num_envs: int, workers: int, observation: np.ndarray, action: np.ndarray) -> SharedArrays:
+    """Shared rows shaped like one observation and one action, for `num_envs` envs, and each worker's requests.
+
+    Worker `w` reads its requests from a ring, `request_ids[w, slot, :request_counts[w, slot]]`; each env is
+    in at most one request under way, so a ring as long as a worker's share of envs (plus the request to
+    stop) never overflows.
+    """
+    share = math.ceil(num_envs / workers)
     specs = {
+        "request_ids": ((workers, share + 1, share), "<i8"),
+        "request_counts": ((workers, share + 1), "<i8"),
         "observations": ((num_envs, *observation.shape), observation.dtype.str),
         "final_observations": ((num_envs, *observation.shape), observation.dtype.str),
         "actions": ((num_envs, *action.shape), action.dtype.str),
@@ -50,16 +62,75 @@ def allocate(context: Any, num_envs: int, observation: np.ndarray, action: np.nd
     return SharedArrays(buffers, specs)
 
 
-def work(connection: Any, factory: Any, env_ids: list[int], seeds: list[int], shared: SharedArrays) -> None:
-    """Own envs `env_ids`; on each message (a list of env ids) step them with the shared actions.
+SPIN_S = 0.001
+"""How long a waiter polls before it sleeps, where every process has a core of its own: waking a process
+that slept costs from 0.1 to over 1 ms on a virtual machine. Where processes share cores, polling would take
+the time of the process being waited for, so there they sleep at once."""
+
+SLEEP_SLICE_S = 0.05
+"""A sleeping waiter wakes this often to check that the other side is still there."""
+
+yield_core: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+@dataclass
+class Doorbells:
+    """Semaphores between the trainer and its workers: a request is ready, a reply is ready.
+
+    Semaphores rather than pipes because taking a count that is already there is
+    one atomic operation, with no system call, and orders memory on every CPU:
+    what one side wrote to the shared arrays before ringing, the other sees after.
+    """
+
+    requests: list[Any]
+    """One per worker, rung by the trainer for each request it writes to the worker's ring."""
+    replies: list[Any]
+    """One per worker, rung by the worker when a request's steps are in shared memory."""
+    any_reply: Any
+    """Rung with every reply (and error): what a sleeping trainer waits on."""
+
+    @staticmethod
+    def create(context: Any, workers: int) -> "Doorbells":
+        return Doorbells([context.Semaphore(0) for _ in range(workers)],
+                         [context.Semaphore(0) for _ in range(workers)], context.Semaphore(0))
+
+
+def spin_acquire(semaphore: Any, seconds: float) -> bool:
+    """Take one count of `semaphore` if it arrives within `seconds`, polling and yielding the core meanwhile."""
+    if semaphore.acquire(False):
+        return True
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        yield_core()
+        if semaphore.acquire(False):
+            return True
+    return False
+
+
+def _next_request(bell: Any, connection: Any, spin_s: float) -> bool:
+    """Wait for the trainer's next request; False when the trainer is gone (its end of the pipe closed)."""
+    if spin_acquire(bell, spin_s):
+        return True
+    while not bell.acquire(timeout=SLEEP_SLICE_S):
+        if connection.poll():  # the trainer never writes to us: readable means it has gone
+            return False
+    return True
+
+
+def work(
+    connection: Any, factory: Any, worker: int, env_ids: list[int], seeds: list[int], shared: SharedArrays,
+    bells: Doorbells, spin_s: float,
+) -> None:
+    """Own envs `env_ids`; for each request in this worker's ring, step its envs with the shared actions.
 
     After a step, `final_observations` holds the step's true next observation and
     `observations` the one to act on next (the reset one when the episode ended).
     `busy` is set while an env is inside `step()` or `reset()`, so the trainer can
-    name the one that hangs.
+    name the one that hangs. A request of count -1 asks the worker to stop.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
     arrays = shared.views()
+    request_ids, request_counts = arrays["request_ids"][worker], arrays["request_counts"][worker]
     busy = arrays["busy"]
     shape = arrays["observations"].shape[1:]
     envs: dict[int, Any] = {}
@@ -74,11 +145,14 @@ def work(connection: Any, factory: Any, env_ids: list[int], seeds: list[int], sh
             check_observation(observation, shape, "reset()")
             arrays["observations"][env_id] = observation
         connection.send(("ready", env_ids))
-        while True:
-            message = connection.recv()
-            if message is None:
+        taken = 0
+        while _next_request(bells.requests[worker], connection, spin_s):
+            slot = taken % len(request_counts)
+            taken += 1
+            count = int(request_counts[slot])
+            if count < 0:
                 break
-            for env_id in message:
+            for env_id in request_ids[slot, :count].tolist():
                 current, call = env_id, "step()"
                 env = envs[env_id]
                 action = arrays["actions"][env_id]
@@ -96,13 +170,15 @@ def work(connection: Any, factory: Any, env_ids: list[int], seeds: list[int], sh
                     check_observation(observation, shape, call)
                 busy[env_id] = False
                 arrays["observations"][env_id] = observation
-            connection.send(("stepped", message))
+            bells.replies[worker].release()
+            bells.any_reply.release()
     except KeyboardInterrupt:
         pass
     except BaseException as error:
         try:
             message = describe_env_failure(current, call, steps.get(current, 0), error)
             connection.send(("error", message, traceback.format_exc()))
+            bells.any_reply.release()
         except OSError:
             pass
     finally:

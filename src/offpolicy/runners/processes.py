@@ -9,8 +9,11 @@ asked for are idle and never waited for. Before `run_steps` returns, every env
 handed back has its next step under way ("double batching"), so the workers
 step while the trainer trains.
 
-Only lists of env ids cross the pipes; observations, actions, rewards and
-flags stay in shared memory. Workers start with `spawn` and import no torch.
+Nothing crosses a pipe while stepping: requests (env ids), observations,
+actions, rewards and flags are in shared memory, and semaphores ring when a
+request or a reply is ready. Where every process has a core of its own, both
+sides poll briefly before they sleep (`_env_worker.SPIN_S`). Workers start
+with `spawn` and import no torch.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from offpolicy._env_worker import allocate, work
+from offpolicy._env_worker import SLEEP_SLICE_S, SPIN_S, Doorbells, allocate, spin_acquire, work
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, pop_steps, whole_episodes
@@ -34,9 +37,14 @@ from offpolicy.runners.watchdog import EnvTimeoutError
 START_TIMEOUT_S = 120.0
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it, as in a container)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_workers(num_envs: int) -> int:
     """One worker per core, never more than there are envs."""
-    return max(1, min(num_envs, os.cpu_count() or 1))
+    return max(1, min(num_envs, usable_cores()))
 
 
 class ProcessMultiEnvRunner(EnvRunner):
@@ -65,10 +73,14 @@ class ProcessMultiEnvRunner(EnvRunner):
         finally:
             probe.close()
         context = mp.get_context(start_method)
-        shared = allocate(context, num_envs, observation, action)
-        self.arrays = shared.views()
-
         workers = min(num_workers or default_workers(num_envs), num_envs)
+        shared = allocate(context, num_envs, workers, observation, action)
+        self.arrays = shared.views()
+        self._bells = Doorbells.create(context, workers)
+        self._spin_s = SPIN_S if usable_cores() > workers else 0.0
+        self._requests_sent = [0] * workers
+        self._in_flight: list[deque[list[int]]] = [deque() for _ in range(workers)]
+
         # env i to worker i mod workers: a batch of consecutive requests spans every worker, so all of
         # them step it at once (heavy env x8, autobatch 8: 1.0x -> 1.23x the in-process rate here)
         slices = [list(range(start, num_envs, workers)) for start in range(workers)]
@@ -79,7 +91,8 @@ class ProcessMultiEnvRunner(EnvRunner):
             parent, child = context.Pipe()
             process = context.Process(
                 target=work,
-                args=(child, factory, [int(i) for i in env_ids], [seeds[i] for i in env_ids], shared),
+                args=(child, factory, index, [int(i) for i in env_ids], [seeds[i] for i in env_ids], shared,
+                      self._bells, self._spin_s),
                 name=f"offpolicy-envs-{index}",
                 daemon=True,
             )
@@ -110,14 +123,15 @@ class ProcessMultiEnvRunner(EnvRunner):
     def _await_ready(self, workers: int) -> None:
         started = 0
         while started < workers:
-            started += sum(1 for kind, _ in self._receive_messages(timeout=START_TIMEOUT_S) if kind == "ready")
+            messages = self._receive_messages(timeout=START_TIMEOUT_S)
+            if not messages:
+                raise EnvTimeoutError(f"no environment worker started within {START_TIMEOUT_S:.0f} s")
+            started += sum(1 for kind, _ in messages if kind == "ready")
 
     def _receive_messages(self, timeout: float | None = None) -> list[tuple[str, Any]]:
-        """Block until at least one worker speaks (or dies); return what they said."""
+        """What workers said within `timeout` (None: until one speaks); raises on an error or a dead worker."""
         sentinels = {process.sentinel: index for index, process in enumerate(self._processes)}
         readable = wait(self._connections + list(sentinels), timeout)
-        if not readable:
-            raise EnvTimeoutError(f"no environment worker answered within {timeout:.0f} s")
         messages = []
         for item in readable:
             if item in sentinels:
@@ -152,14 +166,40 @@ class ProcessMultiEnvRunner(EnvRunner):
         )
 
     def _collect(self) -> None:
-        try:
-            messages = self._receive_messages(timeout=self.env_timeout or None)
-        except EnvTimeoutError:
-            raise self._hang_error() from None
-        for kind, env_ids in messages:
-            if kind == "stepped":
-                self._ready.append(self._stepped(np.asarray(env_ids, dtype=np.int64)))
-                self._stepping.difference_update(env_ids)
+        """Wait for replies (polling briefly, then sleeping in slices that check on the workers); queue their steps."""
+        replied = self._take_replies()
+        if not replied and spin_acquire(self._bells.any_reply, self._spin_s):
+            replied = self._take_replies()
+        give_up = time.monotonic() + self.env_timeout if self.env_timeout else None
+        while not replied:
+            self._bells.any_reply.acquire(timeout=SLEEP_SLICE_S)
+            replied = self._take_replies()
+            if not replied:
+                self._receive_messages(timeout=0)  # raises if a worker failed or died
+                if give_up is not None and time.monotonic() > give_up:
+                    raise self._hang_error()
+        while self._bells.any_reply.acquire(False):  # only a wake-up call: its count need not match replies
+            pass
+        for env_ids in replied:
+            self._ready.append(self._stepped(np.asarray(env_ids, dtype=np.int64)))
+            self._stepping.difference_update(env_ids)
+
+    def _take_replies(self) -> list[list[int]]:
+        """The requests whose steps are done, oldest first per worker."""
+        replied = []
+        for worker, requests in enumerate(self._in_flight):
+            while requests and self._bells.replies[worker].acquire(False):
+                replied.append(requests.popleft())
+        return replied
+
+    def _request(self, worker: int, env_ids: list[int]) -> None:
+        """Write a request into the worker's ring (no env ids: stop), then ring its bell."""
+        counts = self.arrays["request_counts"][worker]
+        slot = self._requests_sent[worker] % len(counts)
+        self._requests_sent[worker] += 1
+        self.arrays["request_ids"][worker, slot, : len(env_ids)] = env_ids
+        counts[slot] = len(env_ids) or -1
+        self._bells.requests[worker].release()
 
     def _stepped(self, ids: np.ndarray) -> StepBatch:
         """The steps these envs just took, read from shared memory in one go; advance their episodes."""
@@ -206,7 +246,8 @@ class ProcessMultiEnvRunner(EnvRunner):
             for env_id in group:
                 by_worker.setdefault(self._worker_of[env_id], []).append(env_id)
             for worker, env_ids in by_worker.items():
-                self._connections[worker].send(env_ids)
+                self._in_flight[worker].append(env_ids)
+                self._request(worker, env_ids)
             self._stepping.update(group)
 
     def run_steps(self, count: int) -> StepBatch:
@@ -237,11 +278,8 @@ class ProcessMultiEnvRunner(EnvRunner):
 
     def close(self) -> None:
         """Ask every worker to leave; one that does not within 2 s (a hung env) is terminated, then killed."""
-        for connection in self._connections:
-            try:
-                connection.send(None)
-            except OSError:
-                pass
+        for worker in range(len(self._processes)):
+            self._request(worker, [])
         deadline = time.monotonic() + 2.0
         for process in self._processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
