@@ -115,10 +115,20 @@ def main() -> None:
     if ("CartPole-v1", 8, "inprocess, batch 8") in summary:
         ratio = summary[("CartPole-v1", 8, "inprocess, batch 8")] / summary[("CartPole-v1", 8, "gym sync, random")]
         print(f"  CartPole x8: inprocess (MLP policy) / SyncVectorEnv (random actions) = {ratio:.2f}  (target >= 0.5)")
-    if ("heavy", 8, "processes, batch 8") in summary:
-        ratio = summary[("heavy", 8, "processes, batch 8")] / summary[("heavy", 8, "inprocess, batch 8")]
-        print(f"  heavy x8: processes / inprocess = {ratio:.2f}  (target >= 1.7)")
+    for num_envs in args.num_envs:
+        same = [summary.get(("heavy", num_envs, f"{backend}, batch {num_envs}")) for backend in ("processes", "inprocess")]
+        best = [best_batch(summary, "heavy", num_envs, backend) for backend in ("processes", "inprocess")]
+        if None in same or None in best:
+            continue
+        print(f"  heavy x{num_envs}: processes / inprocess = {same[0] / same[1]:.2f} with autobatch {num_envs} for both, "
+              f"{best[0][0] / best[1][0]:.2f} each at its best autobatch ({best[0][1]} vs {best[1][1]})  (target >= 1.7)")
 
+
+def best_batch(summary: dict, env: str, num_envs: int, backend: str) -> tuple[float, int] | None:
+    """The highest rate of `backend` over the autobatch sizes measured, and that size."""
+    rates = [(rate, int(name.split("batch ")[1])) for (e, n, name), rate in summary.items()
+             if e == env and n == num_envs and name.startswith(f"{backend}, batch")]
+    return max(rates) if rates else None
 
 if __name__ == "__main__":
     main()

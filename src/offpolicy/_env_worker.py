@@ -131,8 +131,10 @@ def work(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
     arrays = shared.views()
     request_ids, request_counts = arrays["request_ids"][worker], arrays["request_counts"][worker]
-    busy = arrays["busy"]
-    shape = arrays["observations"].shape[1:]
+    actions, busy = arrays["actions"], arrays["busy"]
+    observations, final_observations = arrays["observations"], arrays["final_observations"]
+    rewards, terminated_flags, truncated_flags = arrays["rewards"], arrays["terminated"], arrays["truncated"]
+    shape = observations.shape[1:]
     envs: dict[int, Any] = {}
     steps = dict.fromkeys(env_ids, 0)
     current, call = (env_ids[0] if env_ids else -1), "reset()"
@@ -143,7 +145,7 @@ def work(
             env.action_space.seed(seed)
             observation, _ = env.reset(seed=seed)
             check_observation(observation, shape, "reset()")
-            arrays["observations"][env_id] = observation
+            observations[env_id] = observation
         connection.send(("ready", env_ids))
         taken = 0
         while _next_request(bells.requests[worker], connection, spin_s):
@@ -155,21 +157,21 @@ def work(
             for env_id in request_ids[slot, :count].tolist():
                 current, call = env_id, "step()"
                 env = envs[env_id]
-                action = arrays["actions"][env_id]
+                action = actions[env_id]  # a NumPy scalar, or a copy: the env may keep it, our row changes
                 busy[env_id] = True
-                observation, reward, terminated, truncated, _ = env.step(action if action.ndim else action.item())
+                observation, reward, terminated, truncated, _ = env.step(action.copy() if action.ndim else action[()])
                 steps[env_id] += 1
                 check_observation(observation, shape, call)
-                arrays["final_observations"][env_id] = observation
-                arrays["rewards"][env_id] = reward
-                arrays["terminated"][env_id] = terminated
-                arrays["truncated"][env_id] = truncated
+                final_observations[env_id] = observation
+                rewards[env_id] = reward
+                terminated_flags[env_id] = terminated
+                truncated_flags[env_id] = truncated
                 if terminated or truncated:
                     call = "reset()"
                     observation, _ = env.reset()
                     check_observation(observation, shape, call)
                 busy[env_id] = False
-                arrays["observations"][env_id] = observation
+                observations[env_id] = observation
             bells.replies[worker].release()
             bells.any_reply.release()
     except KeyboardInterrupt:
