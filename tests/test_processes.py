@@ -103,3 +103,31 @@ def test_close_stops_every_worker():
     while alive(pids) and time.time() < deadline:
         time.sleep(0.05)
     assert alive(pids) == []
+
+
+def test_requests_queue_in_a_workers_ring_and_wrap_around():
+    """One worker owning five envs, a request per env: up to five requests wait in its ring at once and the
+    ring wraps around many times; every env's steps come back in order, none lost or repeated."""
+    with runner(5, 1, 1, functools.partial(CountingEnv, 1000)) as r:
+        steps = r.run_steps(600)
+        assert max(r._requests_sent) > 10 * r.arrays["request_counts"].shape[1]
+    for env_id in range(5):
+        own = steps.observations[steps.env_ids == env_id][:, 0]
+        assert len(own) >= 100 and (own == range(len(own))).all()
+
+
+def test_a_worker_left_by_its_trainer_exits_by_itself():
+    """A worker sleeping for its next request notices when the trainer's end of the pipe closes (the trainer
+    was killed), and leaves within a few of its wake-ups."""
+    r = runner(2, 2, 2)
+    pids = r.worker_pids
+    r.run_steps(4)
+    time.sleep(0.1)  # past their polling: both sleep on their semaphores
+    for connection in r._connections:
+        connection.close()
+    deadline = time.time() + 5
+    while alive(pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert alive(pids) == []
+    r._connections = []
+    r.close()

@@ -78,6 +78,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         self.arrays = shared.views()
         self._bells = Doorbells.create(context, workers)
         self._spin_s = SPIN_S if usable_cores() > workers else 0.0
+        worker_spin_s = SPIN_S if usable_cores() >= workers else 0.0
         self._requests_sent = [0] * workers
         self._in_flight: list[deque[list[int]]] = [deque() for _ in range(workers)]
 
@@ -92,7 +93,7 @@ class ProcessMultiEnvRunner(EnvRunner):
             process = context.Process(
                 target=work,
                 args=(child, factory, index, [int(i) for i in env_ids], [seeds[i] for i in env_ids], shared,
-                      self._bells, self._spin_s),
+                      self._bells, worker_spin_s),
                 name=f"offpolicy-envs-{index}",
                 daemon=True,
             )
