@@ -77,8 +77,9 @@ class ProcessMultiEnvRunner(EnvRunner):
         shared = allocate(context, num_envs, workers, observation, action)
         self.arrays = shared.views()
         self._bells = Doorbells.create(context, workers)
-        self._spin_s = SPIN_S if usable_cores() > workers else 0.0
-        worker_spin_s = SPIN_S if usable_cores() >= workers else 0.0
+        cores = usable_cores()
+        self._trainer_spin_s = SPIN_S if cores > workers else 0.0  # polls only with a core to itself
+        worker_spin_s = SPIN_S if cores >= workers else 0.0
         self._requests_sent = [0] * workers
         self._in_flight: list[deque[list[int]]] = [deque() for _ in range(workers)]
 
@@ -169,7 +170,7 @@ class ProcessMultiEnvRunner(EnvRunner):
     def _collect(self) -> None:
         """Wait for replies (polling briefly, then sleeping in slices that check on the workers); queue their steps."""
         replied = self._take_replies()
-        if not replied and spin_acquire(self._bells.any_reply, self._spin_s):
+        if not replied and spin_acquire(self._bells.any_reply, self._trainer_spin_s):
             replied = self._take_replies()
         give_up = time.monotonic() + self.env_timeout if self.env_timeout else None
         while not replied:
