@@ -57,6 +57,7 @@ def run_sb3(seed: int) -> dict:
 
     torch.set_num_threads(1)
     eval_env = gym.make("CartPole-v1")
+    eval_env.reset(seed=seed)  # seeded like ours: each run's evaluation episodes are reproducible
     solved: dict = {}
 
     class Solved(BaseCallback):
