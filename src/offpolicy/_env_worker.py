@@ -65,7 +65,7 @@ def allocate(context: Any, num_envs: int, workers: int, observation: np.ndarray,
 SPIN_S = 0.0005
 """How long a waiter polls (yielding the core each time) before it sleeps: waking a process that slept
 costs from 0.1 to over 1 ms on a virtual machine, more than a step of many environments. Workers poll
-while there are no more of them than cores (measured here, heavy env x8 on 2 cores: 5,600 -> 6,250 steps/s);
+while there are no more of them than cores (measured here, heavy env x8 on 2 cores: 5,450 -> 6,250 steps/s);
 the trainer only where every process has a core of its own, as it would otherwise take the time of the
 workers it waits for."""
 
