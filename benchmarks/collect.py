@@ -130,5 +130,6 @@ def best_batch(summary: dict, env: str, num_envs: int, backend: str) -> tuple[fl
              if e == env and n == num_envs and name.startswith(f"{backend}, batch")]
     return max(rates) if rates else None
 
+
 if __name__ == "__main__":
     main()
