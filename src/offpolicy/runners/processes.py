@@ -123,11 +123,11 @@ class ProcessMultiEnvRunner(EnvRunner):
             raise
 
     def _await_ready(self, workers: int) -> None:
-        started = 0
+        started, deadline = 0, time.monotonic() + START_TIMEOUT_S
         while started < workers:
-            messages = self._receive_messages(timeout=START_TIMEOUT_S)
-            if not messages:
-                raise EnvTimeoutError(f"no environment worker started within {START_TIMEOUT_S:.0f} s")
+            if time.monotonic() > deadline:
+                raise EnvTimeoutError(f"not every environment worker started within {START_TIMEOUT_S:.0f} s")
+            messages = self._receive_messages(timeout=max(0.0, deadline - time.monotonic()))
             started += sum(1 for kind, _ in messages if kind == "ready")
 
     def _receive_messages(self, timeout: float | None = None) -> list[tuple[str, Any]]:
