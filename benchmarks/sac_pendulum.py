@@ -80,6 +80,7 @@ def run_bare(seed: int) -> dict:
     from torch.nn import functional as F
 
     torch.set_num_threads(threads())
+    torch.set_flush_denormal(True)  # as offpolicy.train does
     torch.manual_seed(seed)
 
     def mlp(i, o):

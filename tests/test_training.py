@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from helpers import CountingEnv
 from offpolicy import OffPolicyConfig, RunConfig, train
@@ -140,3 +141,14 @@ def test_a_failing_callback_stops_the_run_cleanly_and_is_reported(tmp_path):
     result = train(small_config(), run_dir=tmp_path / "run", quiet=True, callbacks=[broken])
     assert isinstance(result.failure, OSError) and "No space left" in result.interrupted
     assert Checkpointer(tmp_path / "run" / "checkpoints").latest.step == result.stats.step < 600
+
+
+def test_denormals_are_flushed_while_training_and_not_after(tmp_path):
+    """Adam's moments decay into denormals, which the CPU computes tens of times slower."""
+    denormal = torch.tensor([1e-39])
+    seen_during = []
+    train(small_config(num_steps=100), save=False, quiet=True,
+          callbacks=[lambda event, stats: seen_during.append((denormal * 1.0).item())
+                     if isinstance(event, (StepsCollected, TrainStep)) else None])
+    assert seen_during and set(seen_during) == {0.0}
+    assert (denormal * 1.0).item() > 0.0
