@@ -58,11 +58,14 @@ PRESETS: dict[str, dict[str, Any]] = {
             "eval_episodes": 5,
             "warmup_steps": 1_000,
         },
+        # RL-Zoo's tuned lr 2.3e-3 with 256-wide layers swings after solving (last four evaluations of
+        # 40k-step runs averaged 268 over seeds 0-11); 128 wide with lr 1e-3 stays near 500 (426), gets
+        # there as soon (median 13.8k vs 12.5k steps) and updates twice as fast.
         "hyperparameters": {
-            "lr": 2.3e-3,
+            "lr": 1e-3,
             "gamma": 0.99,
             "tau": 0.02,
-            "hidden": 256,
+            "hidden": 128,
             "layers": 3,
             "exploration_start": 0.99,
             "exploration_end": 0.04,
