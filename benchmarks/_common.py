@@ -45,7 +45,7 @@ def evaluate(env_id: str, act, episodes: int = 10) -> float:
 def profile_run(config, learner_class, policy_class, title: str) -> None:
     """Where one run of ours spends its time: each part timed around its own calls, the rest is overhead.
 
-    Parts: env steps (`EnvSession.step`), inference (`policy_class.act`), replay push and sample,
+    Parts: env steps (`EnvSession.advance`), inference (`policy_class.act`), replay push and sample,
     optimisation (`learner_class.train`); overhead is the loop, events, step batches and the rest.
     """
     import functools
@@ -72,7 +72,7 @@ def profile_run(config, learner_class, policy_class, title: str) -> None:
         return original
 
     originals = [
-        (EnvSession, "step", timed(EnvSession, "step", "env steps")),
+        (EnvSession, "advance", timed(EnvSession, "advance", "env steps")),
         (policy_class, "act", timed(policy_class, "act", "inference")),
         (TransitionBuffer, "push", timed(TransitionBuffer, "push", "replay push")),
         (TransitionBuffer, "sample", timed(TransitionBuffer, "sample", "replay sample")),
