@@ -1,6 +1,10 @@
 """The whole run through the Python API: run directory, metrics, interruption and resume."""
 
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,6 +147,11 @@ def test_a_failing_callback_stops_the_run_cleanly_and_is_reported(tmp_path):
     assert Checkpointer(tmp_path / "run" / "checkpoints").latest.step == result.stats.step < 600
 
 
+FLUSH_SUPPORTED = torch.set_flush_denormal(False)  # False on CPUs without the mode (it stays off)
+needs_flush = pytest.mark.skipif(not FLUSH_SUPPORTED, reason="this CPU cannot flush denormals")
+
+
+@needs_flush
 def test_denormals_are_flushed_while_training_and_not_after(tmp_path):
     """Adam's moments decay into denormals, which the CPU computes tens of times slower."""
     denormal = torch.tensor([1e-39])
@@ -152,3 +161,29 @@ def test_denormals_are_flushed_while_training_and_not_after(tmp_path):
                      if isinstance(event, (StepsCollected, TrainStep)) else None])
     assert seen_during and set(seen_during) == {0.0}
     assert (denormal * 1.0).item() > 0.0
+
+
+@needs_flush
+def test_torch_worker_threads_started_by_a_run_flush_denormals_too(tmp_path):
+    """In a fresh process (as from the command line) torch's thread pool starts inside the run and
+    inherits the mode: a parallel op over denormals gives zeros on every thread."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, %r)
+        from test_training import small_config
+        from offpolicy import train
+        from offpolicy.events import TrainStep
+        nonzero = []
+        def check(event, stats):
+            if isinstance(event, TrainStep) and not nonzero:
+                denormals = torch.full((4_000_000,), 1e-39)  # made here: no torch op ran before the run
+                nonzero.append(int(((denormals * 1.0) != 0).sum()))
+        train(small_config(agent="sac", env="Pendulum-v1", hyperparameters={}, num_steps=100, torch_threads=2),
+              save=False, quiet=True, callbacks=[check])
+        print(nonzero)
+    """ % str(Path(__file__).parent)))
+    output = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert output.returncode == 0, output.stderr
+    assert output.stdout.strip() == "[0]"
+

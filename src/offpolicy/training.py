@@ -220,8 +220,10 @@ def denormals_flushed() -> Iterator[None]:
     ReLU's) shrink geometrically into denormals, numbers below 1e-38 that x86
     CPUs compute tens of times slower than normal ones. Measured here, a
     256-wide DQN update went from 1.5 to 3.2 ms once they appeared. Values that
-    small change no result that matters. Torch cannot report the previous mode,
-    so the default (off) is restored afterwards.
+    small change no result that matters. The mode is per thread: torch's worker
+    threads inherit it when they start during the run, as they do in a fresh
+    process (and keep it); ones started earlier do not. Torch cannot report the
+    previous mode, so this thread's default (off) is restored afterwards.
     """
     supported = torch.set_flush_denormal(True)
     try:
