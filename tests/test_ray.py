@@ -202,8 +202,8 @@ def test_dqn_learns_cartpole_on_ray():
 
     Collection on Ray is not deterministic (chunks arrive in any order), so the bar leaves margin: with
     the default's earlier settings (256 wide, lr 2.3e-3) two of six test runs capped at 40k steps fell
-    short; the test allows 60k and stops as soon as the bar is reached. With the current settings eight
-    runs passed 400 at 12.5k-22.5k steps (9-20 s)."""
+    short; the test allows 60k and stops as soon as the bar is reached. With the current settings five
+    runs passed 400 at 12.5k-22.5k steps (14-20 s), and three test runs took 9-17 s."""
     from offpolicy import RunConfig
     from offpolicy.presets import preset
     from test_learning import train_until

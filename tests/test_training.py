@@ -152,7 +152,7 @@ needs_flush = pytest.mark.skipif(not FLUSH_SUPPORTED, reason="this CPU cannot fl
 
 
 @needs_flush
-def test_denormals_are_flushed_while_training_and_not_after(tmp_path):
+def test_denormals_are_flushed_while_training_and_not_after():
     """Adam's moments decay into denormals, which the CPU computes tens of times slower."""
     denormal = torch.tensor([1e-39])
     seen_during = []
@@ -186,4 +186,3 @@ def test_torch_worker_threads_started_by_a_run_flush_denormals_too(tmp_path):
     output = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert output.returncode == 0, output.stderr
     assert output.stdout.strip() == "[0]"
-
