@@ -109,7 +109,7 @@ def test_acting_through_numpy_follows_training_and_parameter_handover():
     def agrees(policy):
         with torch.no_grad():
             values = policy.forward(obs)
-        numpy_values = policy._fast.predict_numpy(obs.numpy())
+        numpy_values = policy._fast.predict(obs.numpy())
         return np.allclose(numpy_values, values.numpy(), rtol=1e-5, atol=1e-6) and torch.equal(
             policy.greedy_actions(obs), values.argmax(1))
 

@@ -163,6 +163,24 @@ def test_denormals_are_flushed_while_training_and_not_after():
     assert (denormal * 1.0).item() > 0.0
 
 
+def test_numpy_blas_gets_the_runs_thread_budget_and_is_restored_after():
+    """The DQN fast path multiplies with NumPy: OpenBLAS must not spread it over cores the envs need."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS thread pool that threadpoolctl can see")
+    with threadpool_limits(2, "blas"):
+        seen_during = []
+        train(small_config(num_steps=100, torch_threads=1), save=False, quiet=True,
+              callbacks=[lambda event, stats: seen_during.append(blas_threads())
+                         if isinstance(event, TrainStep) else None])
+        assert seen_during and all(threads == {1} for threads in seen_during)
+        assert blas_threads() == {2}
+
+
 @needs_flush
 def test_torch_worker_threads_started_by_a_run_flush_denormals_too(tmp_path):
     """In a fresh process (as from the command line) torch's thread pool starts inside the run and

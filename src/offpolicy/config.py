@@ -130,7 +130,8 @@ class RunConfig:
     inference_device: str = ""
     """Acting device; empty means the training device."""
     torch_threads: int = 1
-    """Torch CPU threads; 1 is fastest for small networks (more threads spin against the envs)."""
+    """Torch CPU threads, and NumPy's BLAS threads while training; 1 is fastest for small networks (more
+    threads spin against the envs)."""
     keep_checkpoints: int = 2
     """Latest checkpoints kept (the best by evaluation return is kept as well)."""
     save_buffer: bool = False

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from offpolicy.agents import make_learner
 from offpolicy.checkpoint import CheckpointError, Checkpointer
@@ -204,7 +205,9 @@ def train(
     strategy = OffPolicyStrategy(config.strategy)
     events.process_train(TrainingStarted(starting_step, config.num_steps))
     try:
-        with stop_on_signals(interrupter), denormals_flushed():
+        # NumPy's BLAS (the DQN fast path, acting) gets the trainer's thread budget too: OpenBLAS would
+        # otherwise run a 256-row product on every core, against the envs, for no gain (measured).
+        with stop_on_signals(interrupter), denormals_flushed(), threadpool_limits(config.torch_threads, "blas"):
             policy = strategy.train_loop(components, learner, starting_step, factory)
     finally:
         stopped = interrupter.reason if events.stats.step < config.num_steps else None

@@ -80,6 +80,16 @@ def mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*modules)
 
 
+def as_rows(values: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a NumPy float32 matrix, one flattened row per item, without copying where possible."""
+    return values.numpy().reshape(len(values), -1).astype(np.float32, copy=False)
+
+
+def scalar_tensor(value: np.floating) -> torch.Tensor:
+    """A NumPy scalar as a 0-d float32 tensor (a third of `torch.tensor`'s cost)."""
+    return torch.from_numpy(np.asarray(value, dtype=np.float32))
+
+
 def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
     """The flat observation size and the number of actions, or a clear error naming the space."""
     if not isinstance(observation_space, gym.spaces.Box):
@@ -112,16 +122,12 @@ class DQNPolicy(Policy):
         )
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        inputs = observations.to(torch.float32).flatten(1)
-        if self._fast is not None and not torch.is_grad_enabled():
-            return self._fast.predict(inputs)
-        return self.q_network(inputs)
+        return self.q_network(observations.to(torch.float32).flatten(1))
 
     def greedy_actions(self, observations: torch.Tensor) -> torch.Tensor:
-        """The actions of highest value; on the CPU computed by NumPy (`FastMLP.predict_numpy`)."""
+        """The actions of highest value; on the CPU computed by NumPy (`FastMLP.predict`)."""
         if self._fast is not None and self.device.type == "cpu" and observations.device.type == "cpu":
-            inputs = observations.numpy().reshape(len(observations), -1).astype(np.float32, copy=False)
-            return torch.from_numpy(self._fast.predict_numpy(inputs).argmax(1))
+            return torch.from_numpy(self._fast.predict(as_rows(observations)).argmax(1))
         with torch.no_grad():
             return self.forward(observations).argmax(dim=1)
 
@@ -172,8 +178,9 @@ class DQNLearner(PolicyLearner):
         seed: int = 0,
         fast_path: bool = True,
     ) -> None:
-        """`fast_path` updates plain MLPs with a hand-derived backward (same result, about
-        twice as fast for small nets); other networks always use autograd."""
+        """`fast_path` updates plain MLPs on the CPU with NumPy and a hand-derived backward
+        (`FastMLP`: the same result, about twice as fast for small nets); other networks
+        and devices always use autograd."""
         self.config = config = config or DQNConfig()
         config.validate()
         observation_size, num_actions = check_spaces(observation_space, action_space)
@@ -186,15 +193,14 @@ class DQNLearner(PolicyLearner):
         self.optimizer = LeanAdam(self.parameters, config.lr)
         self._policy = DQNPolicy(self.q_network, num_actions, config, seed)
         self.updates = 0
-        self._fast = fast_path and supports(self.q_network)
+        self._fast = fast_path and supports(self.q_network) and self.device.type == "cpu"
         if self._fast:
             self._fast_online = FastMLP(self.q_network)
             self._fast_target = FastMLP(self.target_network)
+            self._grad_scale = torch.ones(())
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         output = self._train_fast(batch) if self._fast else self._train_autograd(batch)
-        with torch.no_grad():
-            torch._foreach_lerp_(self.target_parameters, self.parameters, self.config.tau)
         self.updates += 1
         return output
 
@@ -213,33 +219,37 @@ class DQNLearner(PolicyLearner):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
         self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self.target_parameters, self.parameters, c.tau)
         return {"loss": loss.detach(), "q_values": q_values.detach().mean()}
 
-    @torch.no_grad()
     def _train_fast(self, batch: TransitionBatch) -> TrainOutput:
-        """The same update as `_train_autograd`, with the gradient written out by hand."""
+        """The same update as `_train_autograd`, computed by NumPy with the gradient written out by hand."""
         c = self.config
-        size = len(batch.rewards)
-        observations = batch.observations.flatten(1).to(torch.float32)
-        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        rewards, terminated, actions = batch.rewards.numpy(), batch.terminated.numpy(), batch.actions.numpy()
+        size, rows = len(rewards), np.arange(len(rewards))
+        observations, next_observations = as_rows(batch.observations), as_rows(batch.next_observations)
         # One online pass over both halves: Q(s, .) for the loss, Q(s', .) for the double-DQN argmax.
-        q_both, layer_inputs = self._fast_online.forward(torch.cat((observations, next_observations)))
-        next_actions = q_both[size:].argmax(dim=1, keepdim=True)
-        next_q = self._fast_target.forward(next_observations)[0].gather(1, next_actions).squeeze(1)
-        target = torch.addcmul(batch.rewards, torch.rsub(batch.terminated, 1.0), next_q, value=c.gamma)
-        actions = batch.actions.long().view(-1, 1)
-        q_values = q_both[:size].gather(1, actions).squeeze(1)
-        loss = F.smooth_l1_loss(q_values, target)
+        q_both, layer_inputs = self._fast_online.forward(np.concatenate((observations, next_observations)))
+        next_q = self._fast_target.predict(next_observations)[rows, q_both[size:].argmax(1)]
+        target = rewards + c.gamma * (1.0 - terminated) * next_q
+        q_values = q_both[rows, actions]
         error = q_values - target
+        clipped = np.minimum(np.maximum(error, -1.0), 1.0)  # the Huber loss's gradient
+        loss = np.dot(clipped, error - 0.5 * clipped) / size  # the Huber loss: clipped * (error - clipped / 2)
 
-        q_grad = torch.zeros_like(q_both[:size]).scatter_(1, actions, error.clamp(-1.0, 1.0).div_(size).unsqueeze(1))
-        grads = self._fast_online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        torch._foreach_mul_(grads, (norm + 1e-6).reciprocal_().mul_(c.max_grad_norm).clamp_(max=1.0))
-        for parameter, grad in zip(self.parameters, grads):
+        q_grad = np.zeros((size, q_both.shape[1]), np.float32)
+        q_grad[rows, actions] = clipped / size
+        gradient = self._fast_online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
+        # clip_grad_norm_'s rescaling, done by Adam's kernel: gradients divided by max(1, norm / max_norm)
+        norm = float(np.sqrt(np.dot(gradient, gradient)))
+        self._grad_scale.fill_(max(1.0, (norm + 1e-6) / c.max_grad_norm))
+        for parameter, grad in zip(self.parameters, self._fast_online.grads):
             parameter.grad = grad
-        self.optimizer.step()
-        return {"loss": loss, "q_values": q_values.mean()}
+        self.optimizer.step(self._grad_scale)
+        with torch.no_grad():
+            torch._foreach_lerp_(self.target_parameters, self.parameters, c.tau)
+        return {"loss": scalar_tensor(loss), "q_values": scalar_tensor(np.add.reduce(q_values) / size)}
 
     def policy(self) -> DQNPolicy:
         return self._policy

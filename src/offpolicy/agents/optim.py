@@ -5,8 +5,9 @@ bookkeeping, not arithmetic: measured here, `torch.optim.Adam(fused=True).step()
 takes about 190 µs, of which the fused kernel itself is about 35 µs. And
 building any `torch.optim` optimiser imports TorchDynamo, 2.5 s at start-up.
 `LeanAdam` keeps Adam's state itself and runs one step as two calls, count and
-kernel, with the same results as `torch.optim.Adam` and a `state_dict` in the
-same layout (a test checks both). Where torch has no fused kernel for the
+kernel (every parameter's step count is a view of one tensor, so counting is one
+op), with the same results as `torch.optim.Adam` and a `state_dict` in the same
+layout (a test checks both). Where torch has no fused kernel for the
 device it hands everything to `torch.optim.Adam`.
 """
 
@@ -34,22 +35,31 @@ class LeanAdam:
         self._fallback = None if fused else torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
         self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
+        self._step_counts = torch.zeros(len(self.params), dtype=torch.float32, device=self.params[0].device)
+        self.steps = list(self._step_counts.unbind())
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, grad_scale: torch.Tensor | None = None) -> None:
+        """One Adam step from the parameters' `.grad`.
+
+        `grad_scale` (a one-element tensor) divides every gradient first, inside the
+        fused kernel: fast paths clip the gradient norm this way instead of with
+        another pass over the gradients. The gradients are left divided.
+        """
         if self._fallback is not None:
+            if grad_scale is not None:
+                torch._foreach_div_([p.grad for p in self.params], grad_scale)
             self._fallback.step()
             return
-        torch._foreach_add_(self.steps, 1)
+        self._step_counts.add_(1)
         torch._fused_adam_(
             self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [], self.steps,
             amsgrad=False, lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
-            maximize=False, grad_scale=None, found_inf=None,
+            maximize=False, grad_scale=grad_scale, found_inf=None,
         )
 
     def state_dict(self) -> dict[str, Any]:
