@@ -100,7 +100,7 @@ class TransitionBuffer:
         indices = torch.randint(
             self._size, (batch_size,), generator=self._generator, device=self.device
         )
-        return TransitionBatch(**{name: self._storage[name][indices] for name in FIELDS})
+        return TransitionBatch(**{name: torch.index_select(self._storage[name], 0, indices) for name in FIELDS})
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
         """`count` independent batches for one training phase, drawn a block at a time.
