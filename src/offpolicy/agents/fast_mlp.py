@@ -36,7 +36,8 @@ class FastMLP:
         # The Parameter objects themselves (their values change in place or through `.data`), looked up
         # once: nn.Module attribute access costs about a microsecond per call.
         self.layers = [(layer.weight, layer.bias) for layer in network if isinstance(layer, nn.Linear)]
-        self._views_key: tuple[int, ...] = ()
+        self._tensors = [tensor for layer in self.layers for tensor in layer]
+        self._views_key: list[int] = []
         self._views: list[tuple[np.ndarray, np.ndarray]] = []
         self._gradient: np.ndarray | None = None
         self._gradient_views: list[np.ndarray] = []
@@ -80,7 +81,7 @@ class FastMLP:
     def _parameter_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(weight transposed, bias) per layer. In-place updates show through these views; they are made
         again when a tensor's storage changes (`ParameterHandover.adopt` swaps `.data`)."""
-        key = tuple(tensor.data_ptr() for layer in self.layers for tensor in layer)
+        key = [tensor.data_ptr() for tensor in self._tensors]
         if key != self._views_key:
             self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
             self._views_key = key
@@ -88,7 +89,7 @@ class FastMLP:
 
     def _gradient_storage(self) -> tuple[np.ndarray, list[np.ndarray]]:
         if self._gradient is None:
-            parameters = [tensor for layer in self.layers for tensor in layer]
+            parameters = self._tensors
             flat = torch.zeros(sum(p.numel() for p in parameters), dtype=parameters[0].dtype)
             self.grads = [view.view_as(p) for view, p in zip(flat.split([p.numel() for p in parameters]), parameters)]
             self._gradient = flat.numpy()
