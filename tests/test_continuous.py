@@ -167,3 +167,32 @@ def test_lean_adam_matches_torch_adam_and_its_checkpoints():
     assert fast.state_dict()["state"][0]["step"] == plain.state_dict()["state"][0]["step"] == 30
     plain.load_state_dict(fast.state_dict())  # and the other way round
     assert torch.equal(plain.state_dict()["state"][1]["exp_avg"], fast.exp_avgs[1])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_lean_adam_grad_scale_divides_the_gradients_first(fused):
+    """How the DQN fast path clips the gradient norm: inside the kernel, or before the fallback's step."""
+    from offpolicy.agents.optim import LeanAdam
+
+    torch.manual_seed(0)
+    scaled, divided = (torch.nn.Linear(3, 4) for _ in range(2))
+    divided.load_state_dict(scaled.state_dict())
+    optimizers = [LeanAdam(model.parameters(), 1e-2) for model in (scaled, divided)]
+    if not fused:
+        for optimizer in optimizers:
+            optimizer._fallback = torch.optim.Adam(optimizer.params, lr=1e-2)
+    for _ in range(5):
+        inputs = torch.randn(8, 3)
+        for model in (scaled, divided):
+            model.zero_grad(set_to_none=True)
+            model(inputs).pow(2).sum().backward()
+        for p in divided.parameters():
+            p.grad /= 4.0
+        optimizers[0].step(torch.tensor(4.0))
+        optimizers[1].step()
+    # Adam's step barely depends on the gradients' scale; its first moment does, and so do the gradients
+    states = [optimizer.state_dict()["state"] for optimizer in optimizers]
+    for index, (a, b) in enumerate(zip(scaled.parameters(), divided.parameters())):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(a.grad, b.grad)
+        assert torch.allclose(states[0][index]["exp_avg"], states[1][index]["exp_avg"], rtol=1e-6, atol=1e-8)
