@@ -61,6 +61,25 @@ class SlowEnv(CountingEnv):
         return super().step(action)
 
 
+class OddSeedsSlowEnv(CountingEnv):
+    """Sleeps 5 ms a step when reset with an odd seed: envs seeded 1, 3, 5... lag behind the others."""
+
+    def __init__(self) -> None:
+        super().__init__(length=1000)
+        self.delay = 0.0
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        if seed is not None:
+            self.delay = 0.005 * (seed % 2)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        import time
+
+        time.sleep(self.delay)
+        return super().step(action)
+
+
 class BrokenEnv(CountingEnv):
     """Breaks in one way (`fault`) at its step `at`; episodes last 4 steps, so resets happen.
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fake_envs import CountingEnv, FailingEnv, SlowEnv
+from fake_envs import CountingEnv, FailingEnv, OddSeedsSlowEnv, SlowEnv
 from helpers import StubPolicy
 from offpolicy.runners import EnvRunnerError, ProcessMultiEnvRunner
 
@@ -131,3 +131,37 @@ def test_a_worker_left_by_its_trainer_exits_by_itself():
     assert alive(pids) == []
     r._connections = []
     r.close()
+
+
+class RequestLog(ProcessMultiEnvRunner):
+    """Records every request's env ids."""
+
+    def _request(self, worker, env_ids):
+        if env_ids:
+            self.requests.append((worker, list(env_ids)))
+        super()._request(worker, env_ids)
+
+
+@pytest.mark.parametrize("autobatch, largest", [(8, 4), (4, 2), (2, 1)])
+def test_a_worker_gets_a_batch_in_as_many_requests_as_batches_under_way(autobatch, largest):
+    """8 envs in 2 workers, worker 1's envs slow: worker 0 runs ahead and its envs fill whole batches. With
+    8 / autobatch batches under way they still go out in requests of at most 4 / batches, so worker 0
+    always has one queued while the trainer answers another."""
+    RequestLog.requests = []
+    with RequestLog(OddSeedsSlowEnv, list(range(8)), StubPolicy(), autobatch, num_workers=2) as r:
+        r.run_steps(200)
+    sizes = [len(env_ids) for _, env_ids in RequestLog.requests]
+    assert max(sizes) == largest
+    assert all(env_id % 2 == worker for worker, env_ids in RequestLog.requests for env_id in env_ids)
+    if autobatch < 8:  # one batch of all envs waits for the slow ones; smaller ones let worker 0 run ahead
+        requests = [worker for worker, _ in RequestLog.requests]
+        assert requests.count(0) > 2 * requests.count(1)
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="Unix priorities")
+def test_workers_run_below_the_trainers_priority():
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with runner() as lowered:
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in lowered.worker_pids] == [min(19, own + 19)] * 2
+    with ProcessMultiEnvRunner(CountingEnv, [0, 1], StubPolicy(), 2, num_workers=2, worker_niceness=0) as level:
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in level.worker_pids] == [own] * 2

@@ -121,7 +121,7 @@ def _next_request(bell: Any, connection: Any, spin_s: float) -> bool:
 
 def work(
     connection: Any, factory: Any, worker: int, env_ids: list[int], seeds: list[int], shared: SharedArrays,
-    bells: Doorbells, spin_s: float,
+    bells: Doorbells, spin_s: float, niceness: int = 0,
 ) -> None:
     """Own envs `env_ids`; for each request in this worker's ring, step its envs with the shared actions.
 
@@ -131,6 +131,8 @@ def work(
     name the one that hangs. A request of count -1 asks the worker to stop.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
+    if niceness > 0 and hasattr(os, "nice"):
+        os.nice(niceness)  # relative to the trainer's, and never below it: raising priority needs privileges
     arrays = shared.views()
     request_ids, request_counts = arrays["request_ids"][worker], arrays["request_counts"][worker]
     actions, busy = arrays["actions"], arrays["busy"]
