@@ -26,8 +26,10 @@ class BusyStep(gym.Wrapper):
     """CartPole whose every step also burns about 0.2 ms of CPU (the `heavy` env)."""
 
     def step(self, action):
-        deadline = time.perf_counter() + HEAVY_STEP_S
-        while time.perf_counter() < deadline:
+        # CPU time, not wall time: a worker preempted mid-step (by the trainer, or another worker) must still
+        # do all of its work, as a real simulator would
+        deadline = time.thread_time() + HEAVY_STEP_S
+        while time.thread_time() < deadline:
             pass
         return self.env.step(action)
 
