@@ -134,7 +134,11 @@ def test_a_worker_left_by_its_trainer_exits_by_itself():
 
 
 class RequestLog(ProcessMultiEnvRunner):
-    """Records every request's env ids."""
+    """Records every request's env ids (the first ones go out while the runner starts)."""
+
+    def __init__(self, *args, **kwargs):
+        self.requests = []
+        super().__init__(*args, **kwargs)
 
     def _request(self, worker, env_ids):
         if env_ids:
@@ -147,15 +151,13 @@ def test_a_worker_gets_a_batch_in_as_many_requests_as_batches_under_way(autobatc
     """8 envs in 2 workers, worker 1's envs slow: worker 0 runs ahead and its envs fill whole batches. With
     8 / autobatch batches under way they still go out in requests of at most 4 / batches, so worker 0
     always has one queued while the trainer answers another."""
-    RequestLog.requests = []
     with RequestLog(OddSeedsSlowEnv, list(range(8)), StubPolicy(), autobatch, num_workers=2) as r:
         r.run_steps(200)
-    sizes = [len(env_ids) for _, env_ids in RequestLog.requests]
-    assert max(sizes) == largest
-    assert all(env_id % 2 == worker for worker, env_ids in RequestLog.requests for env_id in env_ids)
+    assert max(len(env_ids) for _, env_ids in r.requests) == largest
+    assert all(env_id % 2 == worker for worker, env_ids in r.requests for env_id in env_ids)
     if autobatch < 8:  # one batch of all envs waits for the slow ones; smaller ones let worker 0 run ahead
-        requests = [worker for worker, _ in RequestLog.requests]
-        assert requests.count(0) > 2 * requests.count(1)
+        workers = [worker for worker, _ in r.requests]
+        assert workers.count(0) > 2 * workers.count(1)
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="Unix priorities")
