@@ -42,9 +42,9 @@ START_TIMEOUT_S = 120.0
 WORKER_NICENESS = 19
 """How far below the trainer's priority workers run (Unix `nice`). The trainer is the inference server every
 worker waits on: when it has answers to give, it should have a core at once rather than share one with a
-worker mid-step. Measured here (2 cores, heavy env, autobatch num_envs/2, alternating windows): x8 1.39 ->
-1.50 and x16 1.56 -> 1.63 times the in-process rate. On a shared machine this also puts the env workers
-behind other programs; pass `worker_niceness=0` to keep them level."""
+worker mid-step. Measured here (2 cores, wall-time heavy env, autobatch num_envs/2, alternating windows):
+x8 1.39 -> 1.50 and x16 1.56 -> 1.63 times the in-process rate. On a shared machine this also puts the env
+workers behind other programs; pass `worker_niceness=0` to keep them level."""
 
 
 def usable_cores() -> int:
