@@ -65,9 +65,10 @@ class FastMLP:
 
     def backward(self, output_grad: np.ndarray, layer_inputs: list[np.ndarray]) -> np.ndarray:
         """The gradient of every parameter, as one flat array that `grads` views (overwritten by the next
-        call): its norm is then one call, and nothing is allocated per parameter."""
+        call): its norm is then one call, and nothing is allocated per parameter. Call it after the
+        `forward` that made `layer_inputs`: that call refreshed the parameter views this one reads."""
         gradient, views = self._gradient_storage()
-        layers = self._parameter_views()
+        layers = self._views
         grad = output_grad
         for index in range(len(layers) - 1, -1, -1):
             layer_input = layer_inputs[index]

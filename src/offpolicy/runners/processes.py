@@ -99,7 +99,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         groups = -(-num_envs // autobatch_size)
         # a worker holds at least as many requests as there are batches under way, so it has one to step while
         # the trainer answers another, even when one batch holds only its envs (a worker that runs ahead)
-        self._request_cap = max(1, -(-share // groups))
+        self._request_cap = -(-share // groups)
         self._in_flight: list[deque[list[int]]] = [deque() for _ in range(workers)]
 
         # env i to worker i mod workers: a batch of consecutive requests spans every worker, so all of
