@@ -125,6 +125,35 @@ def test_acting_through_numpy_follows_training_and_parameter_handover():
     assert not torch.equal(before, live.greedy_actions(obs))  # training did change the actions
 
 
+def test_acting_on_arrays_draws_what_act_draws():
+    """Runners act through `act_arrays` (NumPy in and out): it must choose the actions `act` chooses, draw
+    for draw, with the same context and step count, through NumPy or (a network NumPy does not cover) torch."""
+    from torch import nn
+
+    from offpolicy.agents.dqn import DQNPolicy
+
+    rng = np.random.default_rng(5)
+    for make_network in (None, lambda: nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3))):
+        policies = []
+        for _ in range(2):
+            policy = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32, exploration_decay=200), seed=6).policy()
+            if make_network is not None:
+                torch.manual_seed(0)
+                policy = DQNPolicy(make_network(), 3, policy.config, seed=6)
+            policies.append(policy)
+        through_torch, through_arrays = policies
+        assert (through_arrays._fast is None) == (make_network is not None)
+        for count in (1, 4, 8, 3) * 10:
+            obs = rng.normal(size=(count, 4)).astype(np.float32)
+            for deterministic in (False, True):
+                expected = through_torch.act(torch.as_tensor(obs), deterministic)
+                actions, context = through_arrays.act_arrays(obs, deterministic)
+                assert isinstance(actions, np.ndarray) and actions.dtype == np.int64
+                assert np.array_equal(actions, expected.actions.numpy()) and context == expected.context
+        assert through_arrays.env_steps == through_torch.env_steps == 160
+        assert through_arrays.predict(obs[0]) == int(expected.actions[0])
+
+
 def test_fast_path_covers_only_plain_relu_mlps():
     from torch import nn
 

@@ -35,7 +35,7 @@ def test_run_steps_keeps_every_env_one_step_ahead(num_envs, autobatch, workers):
         for count in (1, 6, 4, 11):
             steps = r.run_steps(count)
             assert len(steps) == count
-            in_flight = [env for chunk in r._ready for env in chunk.env_ids.tolist()] + list(r._stepping)
+            in_flight = [env for arrived in r._arrived for env in arrived.tolist()] + list(r._stepping)
             assert sorted(in_flight) == list(range(num_envs)) and not r._pending
 
 

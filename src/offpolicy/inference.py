@@ -16,7 +16,6 @@ import threading
 from typing import Any
 
 import numpy as np
-import torch
 
 from offpolicy.policy import Policy, PolicyState
 
@@ -110,12 +109,8 @@ class InferenceServer:
             return
         deterministic = all(request.deterministic for request in batch)
         try:
-            observations = torch.as_tensor(
-                np.stack([request.observation for request in batch]), device=self.policy.device
-            )
-            with torch.no_grad():
-                output = self.policy.act(observations, deterministic)
-            actions = output.actions.cpu().numpy()
+            actions, context = self.policy.act_arrays(np.stack([request.observation for request in batch]),
+                                                      deterministic)
         except BaseException as error:  # every waiter must wake, or the workers hang
             for request in batch:
                 request.error = error
@@ -123,5 +118,5 @@ class InferenceServer:
             raise
         for request, action in zip(batch, actions):
             request.action = action
-            request.context = output.context
+            request.context = context
             request._done.set()

@@ -126,8 +126,8 @@ class DQNPolicy(Policy):
 
     def greedy_actions(self, observations: torch.Tensor) -> torch.Tensor:
         """The actions of highest value; on the CPU computed by NumPy (`FastMLP.predict`)."""
-        if self._fast is not None and self.device.type == "cpu" and observations.device.type == "cpu":
-            return torch.from_numpy(self._fast.predict(as_rows(observations)).argmax(1))
+        if self._acts_in_numpy() and observations.device.type == "cpu":
+            return torch.from_numpy(self._numpy_greedy(observations.numpy()))
         with torch.no_grad():
             return self.forward(observations).argmax(dim=1)
 
@@ -135,17 +135,37 @@ class DQNPolicy(Policy):
         greedy = self.greedy_actions(observations)
         if deterministic:
             return PolicyOutput(greedy, {})
-        epsilon = self.exploration_rate()
-        count = len(greedy)
-        self.env_steps += count
-        explore = self._rng.random(count) < epsilon
-        random_actions = (self._rng.random(count) * self.num_actions).astype(np.int64)
+        epsilon, explore, random_actions = self._exploration_draws(len(greedy))
         if self.device.type == "cpu":
             actions = torch.from_numpy(np.where(explore, random_actions, greedy.numpy()))
         else:
             explore_t = torch.from_numpy(explore).to(self.device)
             actions = torch.where(explore_t, torch.from_numpy(random_actions).to(self.device), greedy)
         return PolicyOutput(actions, {"exploration_rate": epsilon})
+
+    def act_arrays(self, observations: np.ndarray, deterministic: bool) -> tuple[np.ndarray, dict[str, float]]:
+        if not self._acts_in_numpy():
+            return super().act_arrays(observations, deterministic)
+        greedy = self._numpy_greedy(observations)
+        if deterministic:
+            return greedy, {}
+        epsilon, explore, random_actions = self._exploration_draws(len(greedy))
+        return np.where(explore, random_actions, greedy), {"exploration_rate": epsilon}
+
+    def _acts_in_numpy(self) -> bool:
+        return self._fast is not None and self.device.type == "cpu"
+
+    def _numpy_greedy(self, observations: np.ndarray) -> np.ndarray:
+        rows = observations.reshape(len(observations), -1).astype(np.float32, copy=False)
+        return self._fast.predict(rows).argmax(1)
+
+    def _exploration_draws(self, count: int) -> tuple[float, np.ndarray, np.ndarray]:
+        """Epsilon, which of `count` actions explore, and their random actions; counts the steps acted."""
+        epsilon = self.exploration_rate()
+        self.env_steps += count
+        explore = self._rng.random(count) < epsilon
+        random_actions = (self._rng.random(count) * self.num_actions).astype(np.int64)
+        return epsilon, explore, random_actions
 
     def state(self) -> PolicyState:
         return self._handover.snapshot()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import time
 
@@ -131,8 +131,11 @@ _ARRAY_FIELDS = ("env_ids", "observations", "next_observations", "actions", "rew
                  "episode_returns", "episode_lengths")
 
 
-def pop_steps(ready: "deque[StepBatch]", wanted: int) -> StepBatch:
-    """The oldest ready chunk, cut to at most `wanted` steps; the rest stays first in line."""
+Chunk = TypeVar("Chunk", StepBatch, np.ndarray)
+
+
+def pop_steps(ready: "deque[Chunk]", wanted: int) -> Chunk:
+    """The oldest ready chunk (a `StepBatch`, or env ids), cut to at most `wanted` steps; the rest stays first."""
     chunk = ready.popleft()
     if len(chunk) > wanted:
         chunk, rest = chunk[:wanted], chunk[wanted:]

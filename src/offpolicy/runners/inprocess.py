@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-import torch
 
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
@@ -41,10 +40,8 @@ class SingleEnvRunner(EnvRunner):
             watchdog.watch([self.session])
 
     def _step(self) -> TimeStep:
-        observation = torch.as_tensor(self.session.observation[None], device=self.device)
-        with torch.no_grad():
-            output = self.policy.act(observation, self.deterministic)
-        return self.session.step(output.actions[0].cpu().numpy(), output.context)
+        actions, context = self.policy.act_arrays(self.session.observation[None], self.deterministic)
+        return self.session.step(actions[0], context)
 
     def run_steps(self, count: int) -> StepBatch:
         return StepBatch.from_timesteps([self._step() for _ in range(count)])
@@ -101,11 +98,9 @@ class InProcessMultiEnvRunner(EnvRunner):
         while self._owed:
             group = [self._owed.popleft() for _ in range(min(self.autobatch_size, len(self._owed)))]
             observations = np.stack([self.sessions[env_id].observation for env_id in group])
-            with torch.no_grad():
-                output = self.policy.act(torch.as_tensor(observations, device=self.device), self.deterministic)
-            actions = output.actions.cpu().numpy()
+            actions, context = self.policy.act_arrays(observations, self.deterministic)
             steps = [self.sessions[env_id].advance(action) for env_id, action in zip(group, actions)]
-            self._ready.append(self._pack(group, observations, actions, steps, output.context))
+            self._ready.append(self._pack(group, observations, actions, steps, context))
 
     @staticmethod
     def _pack(group: list[int], observations: np.ndarray, actions: np.ndarray, steps: list[tuple],

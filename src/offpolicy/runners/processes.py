@@ -29,7 +29,6 @@ from multiprocessing.connection import wait
 from typing import Any
 
 import numpy as np
-import torch
 
 from offpolicy._env_worker import SLEEP_SLICE_S, SPIN_S, Doorbells, allocate, spin_acquire, work
 from offpolicy.envs import EnvFactory
@@ -131,7 +130,9 @@ class ProcessMultiEnvRunner(EnvRunner):
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._pending: list[int] = []
         self._stepping: set[int] = set()
-        self._ready: deque[StepBatch] = deque()
+        self._arrived: deque[np.ndarray] = deque()  # envs whose step is in shared memory, not yet taken
+        self._unread: list[int] = []  # envs whose step was taken and is still only in shared memory
+        self._read: list[StepBatch] = []
         try:
             self._await_ready(workers)
             self._observations[:] = self.arrays["observations"]
@@ -202,7 +203,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         while self._bells.any_reply.acquire(False):  # only a wake-up call: its count need not match replies
             pass
         env_ids = [env_id for request in replied for env_id in request]
-        self._ready.append(self._stepped(np.asarray(env_ids, dtype=np.int64)))  # one read for every reply
+        self._arrived.append(np.asarray(env_ids, dtype=np.int64))
         self._stepping.difference_update(env_ids)
 
     def _take_replies(self) -> list[list[int]]:
@@ -255,13 +256,14 @@ class ProcessMultiEnvRunner(EnvRunner):
             active = len(self._pending) + len(self._stepping)
             if not force and len(self._pending) < min(active, self.autobatch_size):
                 return
+            if self._unread:  # before their envs step again: every step taken so far, in one read
+                self._read.append(self._stepped(np.asarray(self._unread, dtype=np.int64)))
+                self._unread = []
             group, self._pending = self._pending[: self.autobatch_size], self._pending[self.autobatch_size :]
-            with torch.no_grad():
-                output = self.policy.act(torch.as_tensor(self._observations[group], device=self.device), False)
-            actions = output.actions.cpu().numpy()
+            actions, context = self.policy.act_arrays(self._observations[group], False)
             self.arrays["actions"][group] = actions
             self._actions[group] = actions
-            for key, value in output.context.items():
+            for key, value in context.items():
                 if key not in self._contexts:
                     self._contexts[key] = np.full(len(self._actions), np.nan)
                 self._contexts[key][group] = value
@@ -276,20 +278,20 @@ class ProcessMultiEnvRunner(EnvRunner):
             self._stepping.update(group)
 
     def run_steps(self, count: int) -> StepBatch:
-        chunks: list[StepBatch] = []
         taken = 0
         while taken < count:
-            if not self._ready:
+            if not self._arrived:
                 self._collect()
                 continue
-            while self._ready and taken < count:  # all that arrived together asks together: one full batch
-                chunk = pop_steps(self._ready, count - taken)
-                chunks.append(chunk)
-                taken += len(chunk)
-                self._pending.extend(chunk.env_ids.tolist())
+            while self._arrived and taken < count:  # all that arrived together asks together: one full batch
+                env_ids = pop_steps(self._arrived, count - taken).tolist()
+                taken += len(env_ids)
+                self._unread.extend(env_ids)
+                self._pending.extend(env_ids)
             self._flush()
         self._flush(force=True)
-        return StepBatch.concatenate(chunks)
+        read, self._read = self._read, []
+        return StepBatch.concatenate(read)
 
     def run_episodes(self, count: int) -> list[StepBatch]:
         return whole_episodes(self, count)
