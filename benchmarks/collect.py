@@ -5,8 +5,12 @@ computing, holding the GIL like a simulator written in Python), and num_envs 1, 
 with autobatch sizes 1, num_envs/2 and num_envs, this measures environment steps per second
 of our runners (`inprocess`, `threads`, `processes`) acting with a fixed MLP policy
 (4-64-64-2, epsilon-greedy, no training), and of Gymnasium's `SyncVectorEnv` and
-`AsyncVectorEnv` stepping random actions (the raw limit, no policy at all). Each figure is
-the median of --repeats windows; systems alternate within each configuration.
+`AsyncVectorEnv` stepping random actions (the raw limit, no policy at all). On the heavy env
+it also measures the machine's parallel ceiling: one process per core stepping its share of
+the envs with random actions, no policy and no communication at all (`bare parallel`), which
+no collector on this machine can beat. Each figure is the median of --repeats windows, each
+with systems built afresh (a run's process placement stays with it); systems alternate
+within each configuration.
 
     python benchmarks/collect.py [--seconds 0.6] [--repeats 3] [--envs CartPole-v1 heavy]
 """
@@ -14,6 +18,7 @@ the median of --repeats windows; systems alternate within each configuration.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import time
 
@@ -45,9 +50,14 @@ def make_cartpole() -> gym.Env:
 FACTORIES = {"CartPole-v1": make_cartpole, "heavy": make_heavy}
 
 
+WARM_UP_S = 0.2
+
+
 def measure(step_chunk, chunk: int, seconds: float) -> float:
-    """Steps per second of `step_chunk()` (which takes `chunk` steps) over about `seconds`."""
-    step_chunk()  # warm-up
+    """Steps per second of `step_chunk()` (which takes `chunk` steps) over about `seconds`, after a warm-up."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARM_UP_S:
+        step_chunk()
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         step_chunk()
@@ -81,6 +91,40 @@ def vector(kind: str, env: str, num_envs: int, seconds: float) -> float:
         envs.close()
 
 
+def _step_alone(env: str, seeds: list[int], seconds: float, start: "mp.synchronize.Event", steps: "mp.Queue") -> None:
+    envs = [FACTORIES[env]() for _ in seeds]
+    for instance, seed in zip(envs, seeds):
+        instance.reset(seed=seed)
+        instance.action_space.seed(seed)
+    start.wait()
+    count, begin = 0, time.perf_counter()
+    while time.perf_counter() - begin < WARM_UP_S + seconds:
+        for instance in envs:
+            _, _, terminated, truncated, _ = instance.step(instance.action_space.sample())
+            if terminated or truncated:
+                instance.reset()
+            if time.perf_counter() - begin >= WARM_UP_S:
+                count += 1
+    steps.put(count / seconds)
+
+
+def bare_parallel(env: str, num_envs: int, seconds: float) -> float:
+    """Steps per second of one process per core stepping its share of the envs, nothing else: the ceiling."""
+    from offpolicy.runners.processes import usable_cores
+
+    context = mp.get_context("spawn")
+    start, steps = context.Event(), context.Queue()
+    shares = [list(range(i, num_envs, usable_cores())) for i in range(min(num_envs, usable_cores()))]
+    processes = [context.Process(target=_step_alone, args=(env, share, seconds, start, steps)) for share in shares]
+    for process in processes:
+        process.start()
+    start.set()
+    total = sum(steps.get() for _ in processes)
+    for process in processes:
+        process.join()
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=0.6)
@@ -96,6 +140,8 @@ def main() -> None:
         for num_envs in args.num_envs:
             systems = {"gym sync, random": lambda: vector("sync", env, num_envs, args.seconds),
                        "gym async, random": lambda: vector("async", env, num_envs, args.seconds)}
+            if env == "heavy":
+                systems["bare parallel, random"] = lambda: bare_parallel(env, num_envs, args.seconds)
             for backend in args.backends:
                 for autobatch in sorted({1, max(1, num_envs // 2), num_envs}):
                     systems[f"{backend}, batch {autobatch}"] = (
@@ -124,6 +170,10 @@ def main() -> None:
             continue
         print(f"  heavy x{num_envs}: processes / inprocess = {same[0] / same[1]:.2f} with autobatch {num_envs} for both, "
               f"{best[0][0] / best[1][0]:.2f} each at its best autobatch ({best[0][1]} vs {best[1][1]})  (target >= 1.7)")
+        ceiling = summary.get(("heavy", num_envs, "bare parallel, random"))
+        if ceiling:
+            print(f"    the machine's ceiling (bare parallel) / inprocess = {ceiling / best[1][0]:.2f}; "
+                  f"processes reach {best[0][0] / ceiling:.0%} of it")
 
 
 def best_batch(summary: dict, env: str, num_envs: int, backend: str) -> tuple[float, int] | None:

@@ -69,7 +69,8 @@ class Policy(ABC):
 
         Runners hold observations and actions as arrays (shared memory, step batches), so this is what
         they call. A policy that can act without torch overrides it and skips the conversions (DQN on
-        the CPU: 36 -> 15 us for 4 observations here); the result must be what `act` would give.
+        the CPU: about half the time, 4 observations in 30-42 us against 61-78 us through torch here); the
+        result must be what `act` would give.
         """
         with torch.no_grad():
             output = self.act(torch.as_tensor(observations, device=self.device), deterministic)
