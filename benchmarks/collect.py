@@ -9,8 +9,8 @@ of our runners (`inprocess`, `threads`, `processes`) acting with a fixed MLP pol
 it also measures the machine's parallel ceiling: one process per core stepping its share of
 the envs with random actions, no policy and no communication at all (`bare parallel`), which
 no collector on this machine can beat. Each figure is the median of --repeats windows, each
-with systems built afresh (a run's process placement stays with it); systems alternate
-within each configuration.
+with systems built afresh (runners built afresh differ more than windows of one runner do);
+systems alternate within each configuration.
 
     python benchmarks/collect.py [--seconds 0.6] [--repeats 3] [--envs CartPole-v1 heavy]
 """
@@ -110,7 +110,7 @@ def _step_alone(env: str, seeds: list[int], seconds: float, start: "mp.synchroni
 
 def bare_parallel(env: str, num_envs: int, seconds: float) -> float:
     """Steps per second of one process per core stepping its share of the envs, nothing else: the ceiling."""
-    from offpolicy.runners.processes import usable_cores
+    from offpolicy.runners.processes import START_TIMEOUT_S, usable_cores
 
     context = mp.get_context("spawn")
     start, steps = context.Event(), context.Queue()
@@ -119,7 +119,7 @@ def bare_parallel(env: str, num_envs: int, seconds: float) -> float:
     for process in processes:
         process.start()
     start.set()
-    total = sum(steps.get() for _ in processes)
+    total = sum(steps.get(timeout=START_TIMEOUT_S + WARM_UP_S + seconds) for _ in processes)
     for process in processes:
         process.join()
     return total
