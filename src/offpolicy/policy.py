@@ -82,8 +82,8 @@ class Policy(ABC):
         The convenient call for using a trained policy (SB3's `model.predict`):
         NumPy in, an int (discrete actions) or a NumPy array out, no gradients.
         """
-        action = self.act_arrays(np.asarray(observation)[None], deterministic)[0][0]
-        return action.item() if action.ndim == 0 else action
+        actions, _ = self.act_arrays(np.asarray(observation)[None], deterministic)
+        return actions[0].item() if actions[0].ndim == 0 else actions[0]
 
     env_steps: int = 0
     """Environment steps acted so far, which progress-dependent schedules (exploration) follow."""

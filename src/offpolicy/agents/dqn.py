@@ -80,9 +80,14 @@ def mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*modules)
 
 
+def flat_rows(values: np.ndarray) -> np.ndarray:
+    """A batch as a float32 matrix, one flattened row per item, without copying where possible."""
+    return values.reshape(len(values), -1).astype(np.float32, copy=False)
+
+
 def as_rows(values: torch.Tensor) -> np.ndarray:
-    """A CPU tensor as a NumPy float32 matrix, one flattened row per item, without copying where possible."""
-    return values.numpy().reshape(len(values), -1).astype(np.float32, copy=False)
+    """A CPU tensor as `flat_rows` of its NumPy view."""
+    return flat_rows(values.numpy())
 
 
 def scalar_tensor(value: np.floating) -> torch.Tensor:
@@ -156,8 +161,7 @@ class DQNPolicy(Policy):
         return self._fast is not None and self.device.type == "cpu"
 
     def _numpy_greedy(self, observations: np.ndarray) -> np.ndarray:
-        rows = observations.reshape(len(observations), -1).astype(np.float32, copy=False)
-        return self._fast.predict(rows).argmax(1)
+        return self._fast.predict(flat_rows(observations)).argmax(1)
 
     def _exploration_draws(self, count: int) -> tuple[float, np.ndarray, np.ndarray]:
         """Epsilon, which of `count` actions explore, and their random actions; counts the steps acted."""

@@ -41,9 +41,11 @@ START_TIMEOUT_S = 120.0
 WORKER_NICENESS = 19
 """How far below the trainer's priority workers run (Unix `nice`). The trainer is the inference server every
 worker waits on: when it has answers to give, it should have a core at once rather than share one with a
-worker mid-step. Measured here (2 cores, wall-time heavy env, autobatch num_envs/2, alternating windows):
-x8 1.39 -> 1.50 and x16 1.56 -> 1.63 times the in-process rate. On a shared machine this also puts the env
-workers behind other programs; pass `worker_niceness=0` to keep them level."""
+worker mid-step. Measured here (2 cores, heavy env, median ratio to the in-process rate): with one runner
+kept open per setting, x8 1.39 -> 1.50 and x16 1.56 -> 1.63 (autobatch num_envs/2); with runners built
+afresh each round, which is the fairer test, nice 0 / 19 gave x8 1.52 / 1.47 (autobatch 8) and x16
+1.60 / 1.66 (autobatch 8), 1.61 / 1.59 (autobatch 16): no clear difference. On a shared machine this
+also puts the env workers behind other programs; pass `worker_niceness=0` to keep them level."""
 
 
 def usable_cores() -> int:
