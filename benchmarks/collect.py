@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import time
+from typing import NamedTuple
 
 import gymnasium as gym
 
@@ -53,19 +55,40 @@ FACTORIES = {"CartPole-v1": make_cartpole, "heavy": make_heavy}
 WARM_UP_S = 0.2
 
 
-def measure(step_chunk, chunk: int, seconds: float) -> float:
+def host_steal_s() -> float:
+    """CPU seconds the hypervisor has so far taken from this virtual machine (Linux's `steal`; NaN elsewhere).
+
+    On a shared VM the host runs other guests on our cores, and it takes more of them when all of our
+    cores are busy: a parallel collector loses time that an in-process one, busy on one core, mostly keeps.
+    """
+    try:
+        with open("/proc/stat") as stat:
+            return int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+class Window(NamedTuple):
+    """One timed window: environment steps per second, and the cores the host took meanwhile."""
+
+    rate: float
+    steal: float
+
+
+def measure(step_chunk, chunk: int, seconds: float) -> Window:
     """Steps per second of `step_chunk()` (which takes `chunk` steps) over about `seconds`, after a warm-up."""
     start = time.perf_counter()
     while time.perf_counter() - start < WARM_UP_S:
         step_chunk()
-    steps, start = 0, time.perf_counter()
+    steps, stolen, start = 0, host_steal_s(), time.perf_counter()
     while time.perf_counter() - start < seconds:
         step_chunk()
         steps += chunk
-    return steps / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return Window(steps / elapsed, (host_steal_s() - stolen) / elapsed)
 
 
-def ours(backend: str, env: str, num_envs: int, autobatch: int, seconds: float) -> float:
+def ours(backend: str, env: str, num_envs: int, autobatch: int, seconds: float) -> Window:
     import torch
 
     from offpolicy.agents import DQNConfig, DQNLearner
@@ -81,7 +104,7 @@ def ours(backend: str, env: str, num_envs: int, autobatch: int, seconds: float) 
         runner.close()
 
 
-def vector(kind: str, env: str, num_envs: int, seconds: float) -> float:
+def vector(kind: str, env: str, num_envs: int, seconds: float) -> Window:
     cls = gym.vector.SyncVectorEnv if kind == "sync" else gym.vector.AsyncVectorEnv
     envs = cls([FACTORIES[env]] * num_envs)
     envs.reset(seed=0)
@@ -97,18 +120,19 @@ def _step_alone(env: str, seeds: list[int], seconds: float, start: "mp.synchroni
         instance.reset(seed=seed)
         instance.action_space.seed(seed)
     start.wait()
-    count, begin = 0, time.perf_counter()
+    count, begin, stolen = 0, time.perf_counter(), None
     while time.perf_counter() - begin < WARM_UP_S + seconds:
         for instance in envs:
             _, _, terminated, truncated, _ = instance.step(instance.action_space.sample())
             if terminated or truncated:
                 instance.reset()
             if time.perf_counter() - begin >= WARM_UP_S:
+                stolen = host_steal_s() if stolen is None else stolen
                 count += 1
-    steps.put(count / seconds)
+    steps.put(Window(count / seconds, (host_steal_s() - stolen) / seconds))
 
 
-def bare_parallel(env: str, num_envs: int, seconds: float) -> float:
+def bare_parallel(env: str, num_envs: int, seconds: float) -> Window:
     """Steps per second of one process per core stepping its share of the envs, nothing else: the ceiling."""
     from offpolicy.runners.processes import START_TIMEOUT_S, usable_cores
 
@@ -119,10 +143,10 @@ def bare_parallel(env: str, num_envs: int, seconds: float) -> float:
     for process in processes:
         process.start()
     start.set()
-    total = sum(steps.get(timeout=START_TIMEOUT_S + WARM_UP_S + seconds) for _ in processes)
+    windows = [steps.get(timeout=START_TIMEOUT_S + WARM_UP_S + seconds) for _ in processes]
     for process in processes:
         process.join()
-    return total
+    return Window(sum(w.rate for w in windows), statistics.mean(w.steal for w in windows))
 
 
 def main() -> None:
@@ -133,9 +157,12 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--backends", nargs="+", default=["inprocess", "threads", "processes"])
     args = parser.parse_args()
+    from offpolicy.runners.processes import usable_cores
 
-    print(f"{'env':<12}{'envs':>5}{'batch':>6}  {'system':<22}{'steps/s':>10}{'vs sync random':>16}")
-    summary = {}
+    print(f"{'env':<12}{'envs':>5}{'batch':>6}  {'system':<22}{'steps/s':>10}{'vs sync random':>16}"
+          f"{'host steal':>12}")
+    summary: dict[tuple[str, int, str], float] = {}
+    stolen: dict[tuple[str, int, str], float] = {}
     for env in args.envs:
         for num_envs in args.num_envs:
             systems = {"gym sync, random": lambda: vector("sync", env, num_envs, args.seconds),
@@ -147,17 +174,19 @@ def main() -> None:
                     systems[f"{backend}, batch {autobatch}"] = (
                         lambda b=backend, a=autobatch: ours(b, env, num_envs, a, args.seconds)
                     )
-            rates: dict[str, list[float]] = {name: [] for name in systems}
+            windows: dict[str, list[Window]] = {name: [] for name in systems}
             for _ in range(args.repeats):
                 for name, run in systems.items():
-                    rates[name].append(run())
-            base = statistics.median(rates["gym sync, random"])
-            for name, values in rates.items():
-                rate = statistics.median(values)
+                    windows[name].append(run())
+            base = statistics.median(w.rate for w in windows["gym sync, random"])
+            for name, measured in windows.items():
+                rate = statistics.median(w.rate for w in measured)
+                steal = statistics.median(w.steal for w in measured)
                 summary[(env, num_envs, name)] = rate
+                stolen[(env, num_envs, name)] = steal
                 batch = name.split("batch ")[1] if "batch" in name else "-"
-                print(f"{env:<12}{num_envs:>5}{batch:>6}  {name.split(',')[0]:<22}{rate:>10,.0f}{rate / base:>16.2f}",
-                      flush=True)
+                print(f"{env:<12}{num_envs:>5}{batch:>6}  {name.split(',')[0]:<22}{rate:>10,.0f}{rate / base:>16.2f}"
+                      f"{steal:>12.2f}", flush=True)
 
     print("\nTargets (2 cores):")
     if ("CartPole-v1", 8, "inprocess, batch 8") in summary:
@@ -174,6 +203,10 @@ def main() -> None:
         if ceiling:
             print(f"    the machine's ceiling (bare parallel) / inprocess = {ceiling / best[1][0]:.2f}; "
                   f"processes reach {best[0][0] / ceiling:.0%} of it")
+        steal = [stolen[("heavy", num_envs, f"{backend}, batch {batch}")]
+                 for backend, batch in (("processes", best[0][1]), ("inprocess", best[1][1]))]
+        print(f"    the host took {steal[0]:.2f} cores meanwhile from processes, {steal[1]:.2f} from inprocess "
+              f"(median cores stolen per window, of {usable_cores()})")
 
 
 def best_batch(summary: dict, env: str, num_envs: int, backend: str) -> tuple[float, int] | None:
