@@ -5,11 +5,14 @@ import os
 import signal
 import time
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
 from fake_envs import CountingEnv, FailingEnv, OddSeedsSlowEnv, SlowEnv
 from helpers import StubPolicy
-from offpolicy.runners import EnvRunnerError, ProcessMultiEnvRunner
+from offpolicy.policy import PolicyOutput
+from offpolicy.runners import EnvRunnerError, InProcessMultiEnvRunner, ProcessMultiEnvRunner, StepBatch
 
 
 def runner(num_envs=4, autobatch=4, workers=2, factory=functools.partial(CountingEnv, 5)):
@@ -167,3 +170,32 @@ def test_workers_run_below_the_trainers_priority():
         assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in lowered.worker_pids] == [min(19, own + 19)] * 2
     with ProcessMultiEnvRunner(CountingEnv, [0, 1], StubPolicy(), 2, num_workers=2, worker_niceness=0) as level:
         assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in level.worker_pids] == [own] * 2
+
+
+class ObservationParityPolicy(StubPolicy):
+    """Acts on what it sees (a pseudo-random function of the cart's position), so every env's
+    transitions are fixed by its seed alone, whatever batches the backend forms."""
+
+    def act(self, observations, deterministic):
+        actions = (observations[:, 0] * 1e4).floor().long() % 2
+        return PolicyOutput(actions, {"version": float(self.version)})
+
+
+def test_each_env_gets_the_same_transitions_as_in_process():
+    """Per env, the processes backend hands back exactly the in-process backend's steps: the observation
+    acted on, the action, reward, flags, true next observation, episode return and length, and context."""
+    seeds = [11, 12, 13, 14, 15]
+    make = functools.partial(gym.make, "CartPole-v1")
+    with InProcessMultiEnvRunner(make, seeds, ObservationParityPolicy(), 2) as reference:
+        expected = reference.run_steps(400)
+    with ProcessMultiEnvRunner(make, seeds, ObservationParityPolicy(), 2, num_workers=2) as r:
+        got = StepBatch.concatenate([r.run_steps(count) for count in (1, 7, 150, 242)])
+    assert got.done.sum() >= 10  # episodes end and restart within the comparison
+    for env_id in range(len(seeds)):
+        mine, theirs = got[got.env_ids == env_id], expected[expected.env_ids == env_id]
+        common = min(len(mine), len(theirs))
+        assert common >= 40
+        for field in ("observations", "actions", "rewards", "next_observations", "terminated", "truncated",
+                      "episode_returns", "episode_lengths"):
+            np.testing.assert_array_equal(getattr(mine, field)[:common], getattr(theirs, field)[:common], field)
+        np.testing.assert_array_equal(mine.context["version"][:common], theirs.context["version"][:common])

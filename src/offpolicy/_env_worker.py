@@ -24,10 +24,10 @@ from offpolicy.envs import check_observation, describe_env_failure
 
 @dataclass
 class SharedArrays:
-    """Per-env rows in shared memory: the runner writes `actions`, workers write the rest."""
+    """Arrays in shared memory: each worker's request ring, and one record per env (`step_record`)."""
 
     buffers: dict[str, Any]
-    specs: dict[str, tuple[tuple[int, ...], str]]
+    specs: dict[str, tuple[tuple[int, ...], np.dtype]]
 
     def views(self) -> dict[str, np.ndarray]:
         return {
@@ -36,8 +36,34 @@ class SharedArrays:
         }
 
 
+def step_record(observation: np.ndarray, action: np.ndarray) -> np.dtype:
+    """One env's row in shared memory: all that one step hands the trainer, so it reads a batch in one copy.
+
+    The trainer writes `action` and the `acted_observation` it chose it for; the worker writes the rest:
+    the step's true `next_observation`, the `observation` to act on next (the reset one at an episode's
+    end), the running episode's return and length, the env's step count, and `busy` while it is inside
+    `step()` or `reset()`. Fields are aligned, so each is a view that NumPy and torch read at full speed.
+    """
+    return np.dtype(
+        [
+            ("acted_observation", observation.dtype, observation.shape),
+            ("observation", observation.dtype, observation.shape),
+            ("next_observation", observation.dtype, observation.shape),
+            ("action", action.dtype, action.shape),
+            ("reward", np.float64),
+            ("episode_return", np.float64),
+            ("episode_length", np.int64),
+            ("env_steps", np.int64),
+            ("terminated", np.bool_),
+            ("truncated", np.bool_),
+            ("busy", np.bool_),
+        ],
+        align=True,
+    )
+
+
 def allocate(context: Any, num_envs: int, workers: int, observation: np.ndarray, action: np.ndarray) -> SharedArrays:
-    """Shared rows shaped like one observation and one action, for `num_envs` envs, and each worker's requests.
+    """A record per env shaped like one observation and one action, and each worker's request ring.
 
     Worker `w` reads its requests from a ring, `request_ids[w, slot, :request_counts[w, slot]]`; each env is
     in at most one request under way, so a ring as long as a worker's share of envs (plus the request to
@@ -45,19 +71,12 @@ def allocate(context: Any, num_envs: int, workers: int, observation: np.ndarray,
     """
     share = math.ceil(num_envs / workers)
     specs = {
-        "request_ids": ((workers, share + 1, share), "<i8"),
-        "request_counts": ((workers, share + 1), "<i8"),
-        "observations": ((num_envs, *observation.shape), observation.dtype.str),
-        "final_observations": ((num_envs, *observation.shape), observation.dtype.str),
-        "actions": ((num_envs, *action.shape), action.dtype.str),
-        "rewards": ((num_envs,), "<f8"),
-        "terminated": ((num_envs,), "|b1"),
-        "truncated": ((num_envs,), "|b1"),
-        "busy": ((num_envs,), "|b1"),
+        "request_ids": ((workers, share + 1, share), np.dtype("<i8")),
+        "request_counts": ((workers, share + 1), np.dtype("<i8")),
+        "records": ((num_envs,), step_record(observation, action)),
     }
     buffers = {
-        name: context.RawArray("b", int(np.prod(shape)) * np.dtype(dtype).itemsize)
-        for name, (shape, dtype) in specs.items()
+        name: context.RawArray("b", int(np.prod(shape)) * dtype.itemsize) for name, (shape, dtype) in specs.items()
     }
     return SharedArrays(buffers, specs)
 
@@ -125,22 +144,24 @@ def work(
 ) -> None:
     """Own envs `env_ids`; for each request in this worker's ring, step its envs with the shared actions.
 
-    After a step, `final_observations` holds the step's true next observation and
-    `observations` the one to act on next (the reset one when the episode ended).
-    `busy` is set while an env is inside `step()` or `reset()`, so the trainer can
-    name the one that hangs. A request of count -1 asks the worker to stop.
+    Each step fills its env's record (`step_record`); `busy` is set while an env
+    is inside `step()` or `reset()`, so the trainer can name the one that hangs.
+    A request of count -1 asks the worker to stop.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
     if niceness > 0 and hasattr(os, "nice"):
         os.nice(niceness)  # relative to the trainer's, and never below it: raising priority needs privileges
     arrays = shared.views()
     request_ids, request_counts = arrays["request_ids"][worker], arrays["request_counts"][worker]
-    actions, busy = arrays["actions"], arrays["busy"]
-    observations, final_observations = arrays["observations"], arrays["final_observations"]
-    rewards, terminated_flags, truncated_flags = arrays["rewards"], arrays["terminated"], arrays["truncated"]
+    records = arrays["records"]
+    actions, busy, env_steps = records["action"], records["busy"], records["env_steps"]
+    observations, final_observations = records["observation"], records["next_observation"]
+    rewards, terminated_flags, truncated_flags = records["reward"], records["terminated"], records["truncated"]
+    episode_returns, episode_lengths = records["episode_return"], records["episode_length"]
     shape = observations.shape[1:]
     envs: dict[int, Any] = {}
     steps = dict.fromkeys(env_ids, 0)
+    returns, lengths = dict.fromkeys(env_ids, 0.0), dict.fromkeys(env_ids, 0)
     current, call = (env_ids[0] if env_ids else -1), "reset()"
     try:
         for env_id, seed in zip(env_ids, seeds):
@@ -164,13 +185,16 @@ def work(
                 action = actions[env_id]  # a NumPy scalar, or a copy: the env may keep it, our row changes
                 busy[env_id] = True
                 observation, reward, terminated, truncated, _ = env.step(action.copy() if action.ndim else action[()])
-                steps[env_id] += 1
+                steps[env_id] = env_steps[env_id] = steps[env_id] + 1
                 check_observation(observation, shape, call)
                 final_observations[env_id] = observation
                 rewards[env_id] = reward
                 terminated_flags[env_id] = terminated
                 truncated_flags[env_id] = truncated
+                episode_returns[env_id] = returns[env_id] = returns[env_id] + float(reward)
+                episode_lengths[env_id] = lengths[env_id] = lengths[env_id] + 1
                 if terminated or truncated:
+                    returns[env_id], lengths[env_id] = 0.0, 0
                     call = "reset()"
                     observation, _ = env.reset()
                     check_observation(observation, shape, call)
