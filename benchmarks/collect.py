@@ -10,7 +10,10 @@ it also measures the machine's parallel ceiling: one process per core stepping i
 the envs with random actions, no policy and no communication at all (`bare parallel`), which
 no collector on this machine can beat. Each figure is the median of --repeats windows, each
 with systems built afresh (runners built afresh differ more than windows of one runner do);
-systems alternate within each configuration.
+systems alternate within each configuration. Beside each figure it prints how many cores the
+host took from this virtual machine meanwhile (Linux's `steal`, median over the windows): a
+collector that keeps every core busy loses far more to a crowded host than one that keeps one
+core busy, so a parallel figure next to a high steal says more about the host than about us.
 
     python benchmarks/collect.py [--seconds 0.6] [--repeats 3] [--envs CartPole-v1 heavy]
 """
