@@ -42,7 +42,8 @@ def step_record(observation: np.ndarray, action: np.ndarray) -> np.dtype:
     The trainer writes `action` and the `acted_observation` it chose it for; the worker writes the rest:
     the step's true `next_observation`, the `observation` to act on next (the reset one at an episode's
     end), the running episode's return and length, the env's step count, and `busy` while it is inside
-    `step()` or `reset()`. Fields are aligned, so each is a view that NumPy and torch read at full speed.
+    `step()` or `reset()`. Fields are aligned: a field's view has strides torch accepts as they are
+    (multiples of its element size), and no element straddles a word.
     """
     return np.dtype(
         [
