@@ -161,7 +161,6 @@ def work(
     episode_returns, episode_lengths = records["episode_return"], records["episode_length"]
     shape = observations.shape[1:]
     envs: dict[int, Any] = {}
-    steps = dict.fromkeys(env_ids, 0)
     returns, lengths = dict.fromkeys(env_ids, 0.0), dict.fromkeys(env_ids, 0)
     current, call = (env_ids[0] if env_ids else -1), "reset()"
     try:
@@ -186,7 +185,7 @@ def work(
                 action = actions[env_id]  # a NumPy scalar, or a copy: the env may keep it, our row changes
                 busy[env_id] = True
                 observation, reward, terminated, truncated, _ = env.step(action.copy() if action.ndim else action[()])
-                steps[env_id] = env_steps[env_id] = steps[env_id] + 1
+                env_steps[env_id] += 1
                 check_observation(observation, shape, call)
                 final_observations[env_id] = observation
                 rewards[env_id] = reward
@@ -207,7 +206,7 @@ def work(
         pass
     except BaseException as error:
         try:
-            message = describe_env_failure(current, call, steps.get(current, 0), error)
+            message = describe_env_failure(current, call, int(env_steps[current]) if current >= 0 else 0, error)
             connection.send(("error", message, traceback.format_exc()))
             bells.any_reply.release()
         except OSError:

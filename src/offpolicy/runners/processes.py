@@ -129,7 +129,7 @@ class ProcessMultiEnvRunner(EnvRunner):
 
         self._records = self.arrays["records"]
         self._record_bytes = self._records.view(np.dtype((np.void, self._records.dtype.itemsize)))
-        self._next_observations = self._records["observation"]
+        self._observations_to_act_on = self._records["observation"]
         self._acted_observations, self._actions = self._records["acted_observation"], self._records["action"]
         self._contexts: dict[str, np.ndarray] = {}
         self._pending: list[int] = []
@@ -269,7 +269,7 @@ class ProcessMultiEnvRunner(EnvRunner):
                 self._read_steps()
             group, self._pending = self._pending[: self.autobatch_size], self._pending[self.autobatch_size :]
             ids = np.asarray(group, dtype=np.int64)
-            observations = self._next_observations[ids]
+            observations = self._observations_to_act_on[ids]
             actions, context = self.policy.act_arrays(observations, False)
             self._acted_observations[ids] = observations
             self._actions[ids] = actions
