@@ -15,7 +15,7 @@ host took from this virtual machine meanwhile (Linux's `steal`, median over the 
 collector that keeps every core busy loses far more to a crowded host than one that keeps one
 core busy, so a parallel figure next to a high steal says more about the host than about us.
 
-    python benchmarks/collect.py [--seconds 0.6] [--repeats 3] [--envs CartPole-v1 heavy]
+    python benchmarks/collect.py [--seconds 0.6] [--repeats 5] [--envs CartPole-v1 heavy]
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def bare_parallel(env: str, num_envs: int, seconds: float) -> Window:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=0.6)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--envs", nargs="+", default=list(FACTORIES), choices=list(FACTORIES))
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--backends", nargs="+", default=["inprocess", "threads", "processes"])
