@@ -14,8 +14,8 @@ systems alternate within each configuration. Beside each figure it prints how ma
 host took from this virtual machine meanwhile (Linux's `steal`, median over the windows): a
 collector that keeps every core busy loses far more to a crowded host than one that keeps one
 core busy, so a parallel figure next to a high steal says more about the host than about us.
-Each target is also given as the ratio within each repeat (median and range), which the
-machine's drift over minutes moves less.
+Each target is also given as the ratio within each repeat (median and range): the range shows
+how far one run's figure can stray.
 
     python benchmarks/collect.py [--seconds 0.6] [--repeats 5] [--envs CartPole-v1 heavy]
 """
@@ -196,10 +196,11 @@ def main() -> None:
                       f"{steal:>12.2f}", flush=True)
 
     print("\nTargets (2 cores):")
-    if ("CartPole-v1", 8, "inprocess, batch 8") in summary:
-        ratio = summary[("CartPole-v1", 8, "inprocess, batch 8")] / summary[("CartPole-v1", 8, "gym sync, random")]
+    ours_x8, sync_x8 = ("CartPole-v1", 8, "inprocess, batch 8"), ("CartPole-v1", 8, "gym sync, random")
+    if ours_x8 in summary:
+        ratio = summary[ours_x8] / summary[sync_x8]
         print(f"  CartPole x8: inprocess (MLP policy) / SyncVectorEnv (random actions) = {ratio:.2f}  (target >= 0.5)")
-        print(f"    {paired(rounds, ('CartPole-v1', 8, 'inprocess, batch 8'), ('CartPole-v1', 8, 'gym sync, random'))}")
+        print(f"    {paired(rounds, ours_x8, sync_x8)}")
     for num_envs in args.num_envs:
         same = [summary.get(("heavy", num_envs, f"{backend}, batch {num_envs}")) for backend in ("processes", "inprocess")]
         best = [best_batch(summary, "heavy", num_envs, backend) for backend in ("processes", "inprocess")]
@@ -207,21 +208,21 @@ def main() -> None:
             continue
         print(f"  heavy x{num_envs}: processes / inprocess = {same[0] / same[1]:.2f} with autobatch {num_envs} for both, "
               f"{best[0][0] / best[1][0]:.2f} each at its best autobatch ({best[0][1]} vs {best[1][1]})  (target >= 1.7)")
-        print(f"    at those autobatch sizes, {paired(rounds, ('heavy', num_envs, f'processes, batch {best[0][1]}'), ('heavy', num_envs, f'inprocess, batch {best[1][1]}'))}")
+        fastest = [("heavy", num_envs, f"{backend}, batch {batch}")
+                   for backend, batch in (("processes", best[0][1]), ("inprocess", best[1][1]))]
+        print(f"    at those autobatch sizes, {paired(rounds, *fastest)}")
         ceiling = summary.get(("heavy", num_envs, "bare parallel, random"))
         if ceiling:
             print(f"    the machine's ceiling (bare parallel) / inprocess = {ceiling / best[1][0]:.2f}; "
                   f"processes reach {best[0][0] / ceiling:.0%} of it")
-        steal = [stolen[("heavy", num_envs, f"{backend}, batch {batch}")]
-                 for backend, batch in (("processes", best[0][1]), ("inprocess", best[1][1]))]
+        steal = [stolen[key] for key in fastest]
         print(f"    the host took {steal[0]:.2f} cores meanwhile from processes, {steal[1]:.2f} from inprocess "
               f"(median cores stolen per window, of {usable_cores()})")
 
 
 def paired(rounds: dict, numerator: tuple, denominator: tuple) -> str:
-    """The ratio within each repeat, whose two windows ran seconds apart: this machine's speed drifts over
-    minutes, which a ratio of medians taken over the whole configuration carries and a per-repeat ratio mostly
-    cancels."""
+    """The ratio within each repeat (its two windows ran seconds apart), as median and range: a ratio of
+    medians hides how widely single windows stray on this machine (x16 heavy: 1.41-1.82 in one run)."""
     ratios = [a.rate / b.rate for a, b in zip(rounds[numerator], rounds[denominator])]
     return f"per repeat: median {statistics.median(ratios):.2f}, from {min(ratios):.2f} to {max(ratios):.2f}"
 
