@@ -166,9 +166,8 @@ def main() -> None:
 
     print(f"{'env':<12}{'envs':>5}{'batch':>6}  {'system':<22}{'steps/s':>10}{'vs sync random':>16}"
           f"{'host steal':>12}")
-    summary: dict[tuple[str, int, str], float] = {}
-    stolen: dict[tuple[str, int, str], float] = {}
-    rounds: dict[tuple[str, int, str], list[Window]] = {}
+    summary: dict[tuple[str, int, str], float] = {}  # median steps/s
+    rounds: dict[tuple[str, int, str], list[Window]] = {}  # every window, in repeat order
     for env in args.envs:
         for num_envs in args.num_envs:
             systems = {"gym sync, random": lambda: vector("sync", env, num_envs, args.seconds),
@@ -189,7 +188,6 @@ def main() -> None:
                 rate = statistics.median(w.rate for w in measured)
                 steal = statistics.median(w.steal for w in measured)
                 summary[(env, num_envs, name)] = rate
-                stolen[(env, num_envs, name)] = steal
                 rounds[(env, num_envs, name)] = measured
                 batch = name.split("batch ")[1] if "batch" in name else "-"
                 print(f"{env:<12}{num_envs:>5}{batch:>6}  {name.split(',')[0]:<22}{rate:>10,.0f}{rate / base:>16.2f}"
@@ -215,7 +213,7 @@ def main() -> None:
         if ceiling:
             print(f"    the machine's ceiling (bare parallel) / inprocess = {ceiling / best[1][0]:.2f}; "
                   f"processes reach {best[0][0] / ceiling:.0%} of it")
-        steal = [stolen[key] for key in fastest]
+        steal = [statistics.median(w.steal for w in rounds[key]) for key in fastest]
         print(f"    the host took {steal[0]:.2f} cores meanwhile from processes, {steal[1]:.2f} from inprocess "
               f"(median cores stolen per window, of {usable_cores()})")
 
