@@ -145,6 +145,18 @@ def test_exploration_state_survives_a_checkpoint(tmp_path, learner, config):
     assert torch.equal(a.act(observations, False).actions, b.act(observations, False).actions)
 
 
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_seeding_exploration_gives_each_copy_its_own_draws(learner, config):
+    policy = learner(OBS, ACTIONS, config(hidden=16), seed=1).policy()
+    observations = torch.randn(8, 3)
+    drawn = {}
+    for seed in (1, 2, 1):
+        policy.seed_exploration(seed)
+        drawn.setdefault(seed, []).append(policy.act(observations, False).actions)
+    assert torch.equal(*drawn[1])
+    assert not torch.equal(drawn[1][0], drawn[2][0])
+
+
 def test_lean_adam_matches_torch_adam_and_its_checkpoints():
     from offpolicy.agents.optim import LeanAdam
 

@@ -175,3 +175,15 @@ def test_exploration_state_survives_a_checkpoint(tmp_path):
     first = a.act(observations, False).actions
     assert torch.equal(first, b.act(observations, False).actions)
     assert not torch.equal(first, a.act(observations, False).actions)  # the draws go on, not repeat
+
+
+def test_seeding_exploration_gives_each_copy_its_own_draws():
+    policy = DQNLearner(OBS, ACTIONS, seed=3).policy()
+    observations = torch.zeros(64, 4)
+    drawn = {}
+    for seed in (1, 2, 1):
+        policy.seed_exploration(seed)
+        policy.set_env_steps(0)  # the same exploration rate for each draw
+        drawn.setdefault(seed, []).append(policy.act(observations, False).actions)
+    assert torch.equal(*drawn[1])
+    assert not torch.equal(drawn[1][0], drawn[2][0])

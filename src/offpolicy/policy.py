@@ -103,6 +103,13 @@ class Policy(ABC):
     def load_exploration_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `exploration_state` returned."""
 
+    def seed_exploration(self, seed: int) -> None:
+        """Start exploration's random draws afresh from `seed`.
+
+        Copies of one policy that act side by side (one per Ray actor) would
+        otherwise draw the same numbers, and their envs explore in lockstep.
+        """
+
 
 class PolicyLearner(ABC):
     """The agent being trained: one optimisation step at a time."""

@@ -183,6 +183,9 @@ class DQNPolicy(Policy):
     def load_exploration_state(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = state["rng"]
 
+    def seed_exploration(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
     def to(self, device: torch.device | str) -> "DQNPolicy":
         self.q_network.to(device)
         self.device = torch.device(device)

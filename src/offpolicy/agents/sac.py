@@ -121,6 +121,9 @@ class SACPolicy(Policy):
     def load_exploration_state(self, state: Mapping[str, Any]) -> None:
         self._generator.set_state(state["generator"])
 
+    def seed_exploration(self, seed: int) -> None:
+        self._generator.manual_seed(seed)
+
     def to(self, device: torch.device | str) -> "SACPolicy":
         self.actor.to(device)
         self.scale.to(device)

@@ -107,6 +107,9 @@ class TD3Policy(Policy):
     def load_exploration_state(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = state["rng"]
 
+    def seed_exploration(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
     def to(self, device: torch.device | str) -> "TD3Policy":
         self.actor.to(device)
         self.scale.to(device)

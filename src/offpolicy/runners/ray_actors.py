@@ -87,6 +87,7 @@ class EnvActor:
                  autobatch_size: int) -> None:
         torch.set_num_threads(1)
         self.env_ids = np.asarray(env_ids, dtype=np.int64)
+        policy.seed_exploration(int(np.random.SeedSequence(seeds).generate_state(1)[0]))  # not the others' draws
         self.runner = InProcessMultiEnvRunner(factory, seeds, policy, min(autobatch_size, len(seeds)))
 
     def ready(self) -> bool:
