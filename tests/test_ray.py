@@ -224,7 +224,7 @@ def test_dqn_learns_cartpole_on_ray():
 
     Collection on Ray is not deterministic (chunks arrive in any order), so this is one draw from the
     preset's spread of runs, and the bar sits below where DQN can collapse: in 20 runs of 60k steps
-    (2 actors, 2 cores) 19 reached 400 by 32.5k steps, but one peaked at 266 after 10k and then
+    (2 actors, 2 cores, each actor with its own exploration draws) 19 reached 400 by 32.5k steps, but one peaked at 266 after 10k and then
     collapsed, as a CI run did at 285. All 20 reached 200, the last at 32.5k steps and most by 17.5k.
     That parameters reach the actors is `test_parameters_reach_every_actor_each_phase`'s to check."""
     from offpolicy import RunConfig
