@@ -223,9 +223,10 @@ def test_dqn_learns_cartpole_on_ray():
     """The default preset on 2 actors, from a random policy's ~20 to an evaluation of 200 or more.
 
     Collection on Ray is not deterministic (chunks arrive in any order), so this is one draw from the
-    preset's spread of runs, and the bar sits below where DQN can collapse: in 20 runs of 60k steps
-    (2 actors, 2 cores, each actor with its own exploration draws) 19 reached 400 by 32.5k steps, but one peaked at 266 after 10k and then
-    collapsed, as a CI run did at 285. All 20 reached 200, the last at 32.5k steps and most by 17.5k.
+    preset's spread of runs, and the bar sits below where DQN can collapse: in 30 runs of 60k steps
+    (2 actors, 2 cores, each actor with its own exploration draws) 29 reached 400 by 32.5k steps, but
+    one peaked at 266 after 10k and then collapsed, as a CI run did at 285. All 30 reached 200, the
+    last at 32.5k steps and the others by 17.5k.
     That parameters reach the actors is `test_parameters_reach_every_actor_each_phase`'s to check."""
     from offpolicy import RunConfig
     from offpolicy.presets import preset
