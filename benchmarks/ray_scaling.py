@@ -141,6 +141,7 @@ def transfer(args: argparse.Namespace, ray) -> None:
 
 def learner_rate(args: argparse.Namespace) -> None:
     from offpolicy.buffer import TransitionBuffer
+    from offpolicy.steps import StepBatch
 
     print("\n4. learner: DQN updates/s on this CPU, batch 128 (1 torch thread)")
     print(f"   {'model':<20}{'updates/s':>10}")
@@ -149,8 +150,9 @@ def learner_rate(args: argparse.Namespace) -> None:
         learner = learner_for("CartPole-v1", hidden, layers)
         buffer = TransitionBuffer(10_000, torch.device("cpu"), 0)
         n = 10_000
-        buffer.push(rng.normal(size=(n, 4)).astype(np.float32), rng.normal(size=(n, 4)).astype(np.float32),
-                    rng.integers(0, 2, n), np.ones(n, np.float32), np.zeros(n, bool))
+        buffer.push(StepBatch.of_transitions(rng.normal(size=(n, 4)).astype(np.float32),
+                                             rng.normal(size=(n, 4)).astype(np.float32),
+                                             rng.integers(0, 2, n), np.ones(n, np.float32), np.zeros(n, bool)))
         count = max(20, int(200 / max(1, hidden / 256) ** 2))
         batches = list(buffer.sample_batches(128, count))
         start = time.perf_counter()

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from offpolicy.buffer import TransitionBuffer
+from offpolicy.steps import StepBatch
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACTIONS = gym.spaces.Discrete(2)
@@ -44,19 +45,19 @@ class Ours:
         self.buffer = TransitionBuffer(capacity)
 
     def push(self, data) -> None:
-        self.buffer.push(*data)
+        self.buffer.push(StepBatch.of_transitions(*data))
 
     def fill(self, capacity: int, rng) -> None:
         size = 100_000
         for start in range(0, capacity, size):
             count = min(size, capacity - start)
-            self.buffer.push(
+            self.buffer.push(StepBatch.of_transitions(
                 rng.standard_normal((count, 4)).astype(np.float32),
                 rng.standard_normal((count, 4)).astype(np.float32),
                 rng.integers(2, size=count),
                 rng.standard_normal(count).astype(np.float32),
                 rng.random(count) < 0.05,
-            )
+            ))
 
     def sample(self) -> None:
         self.buffer.sample(BATCH)

@@ -141,3 +141,24 @@ class SelfKillingEnv(CountingEnv):
             else:
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().step(action)
+
+
+class RecordingEnv(CountingEnv):
+    """A CountingEnv that counts its steps in `counts` (a shared array), at the index of the seed it was
+    first reset with: tests see, from the trainer, what envs in worker processes did."""
+
+    def __init__(self, counts: Any, length: int = 5) -> None:
+        super().__init__(length)
+        self.counts = counts
+        self.index = -1
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        if seed is not None:
+            self.index = seed
+            self.tag = float(seed)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        with self.counts.get_lock():
+            self.counts[self.index] += 1
+        return super().step(action)

@@ -7,17 +7,31 @@ from typing import Any, Mapping
 import torch
 
 from fake_envs import CountingEnv, FailingEnv, SlowEnv  # noqa: F401  (re-exported for tests)
+from offpolicy.agents.exploration import NoExploration
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 
+def observation_ids(observations: torch.Tensor) -> torch.Tensor:
+    """An id per observation: a `CountingEnv`'s [step, tag] is step + 1000 * tag (one value: that value)."""
+    rows = observations.reshape(len(observations), -1).round().long()
+    return rows[:, 0] + (1000 * rows[:, 1] if rows.shape[1] > 1 else 0)
+
+
 class StubPolicy(Policy):
-    """Always action 0; its parameters are one counter (`version`). Records what it saw."""
+    """Echoes: each observation's action is its own id (`observation_ids`), so a step whose action was
+    chosen for another observation shows. Its parameters are one counter (`version`), reported as the
+    action context. Records what it saw."""
 
     def __init__(self, log: dict[str, list] | None = None) -> None:
         self.device = torch.device("cpu")
         self.version = torch.zeros(())
         self.log = log if log is not None else {"batches": [], "updates": []}
+        self._exploration = NoExploration()
+
+    @property
+    def exploration(self) -> NoExploration:
+        return self._exploration
 
     def __deepcopy__(self, memo: dict) -> "StubPolicy":
         copy = StubPolicy(self.log)  # copies share the log, so tests see every copy's calls
@@ -26,10 +40,7 @@ class StubPolicy(Policy):
 
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
         self.log["batches"].append((len(observations), deterministic, float(self.version)))
-        return PolicyOutput(torch.zeros(len(observations), dtype=torch.int64), {"version": float(self.version)})
-
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(len(observations), 2)
+        return PolicyOutput(observation_ids(observations), {"version": float(self.version)})
 
     def state(self) -> PolicyState:
         return {"version": self.version.clone()}
@@ -55,7 +66,7 @@ class StubLearner(PolicyLearner):
         self.train_calls += 1
         self.batch_sizes.append(len(batch.rewards))
         self._policy.version += 1
-        return {"loss": torch.tensor(1.0 / self.train_calls)}
+        return TrainOutput({"loss": torch.tensor(1.0 / self.train_calls)})
 
     def policy(self) -> StubPolicy:
         return self._policy

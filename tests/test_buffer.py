@@ -3,32 +3,35 @@ import pytest
 import torch
 
 from offpolicy.buffer import TransitionBuffer
+from offpolicy.steps import StepBatch
 
 
 def push_range(buffer, start, count):
     ids = np.arange(start, start + count)
-    buffer.push(
+    buffer.push(StepBatch.of_transitions(
         ids[:, None].astype(np.float64).repeat(3, 1),
         ids[:, None].astype(np.float64).repeat(3, 1) + 0.5,
         ids % 2,
         ids.astype(np.float32),
         (ids % 3 == 0),
-    )
+    ))
 
 
 def stored_ids(buffer):
-    return sorted(buffer._storage["rewards"][: len(buffer)].long().tolist())
+    """Every transition held, by its reward (the id it was pushed with): read back through `state_dict`."""
+    return sorted(buffer.state_dict()["storage"]["rewards"].long().tolist())
 
 
-def test_lazy_shapes_and_dtypes_from_first_push():
+def test_shapes_and_dtypes_follow_the_first_push():
     buffer = TransitionBuffer(10)
-    assert buffer._storage == {}
+    assert len(buffer) == 0 and buffer.nbytes == 0  # nothing allocated before the first push
     push_range(buffer, 0, 3)
-    storage = buffer._storage
-    assert storage["observations"].shape == (10, 3) and storage["observations"].dtype == torch.float32
-    assert storage["actions"].dtype == torch.int64
-    assert storage["terminated"].dtype == torch.float32
-    assert storage["observations"].device.type == "cpu"
+    batch = buffer.sample(4)
+    assert batch.observations.shape == (4, 3) and batch.observations.dtype == torch.float32  # float64 stored as 32
+    assert batch.actions.dtype == torch.int64
+    assert batch.terminated.dtype == torch.float32
+    assert batch.observations.device.type == "cpu"
+    assert buffer.nbytes == 10 * (3 * 4 + 3 * 4 + 8 + 4 + 4)  # capacity x (obs, next obs, action, reward, flag)
 
 
 def test_wraps_around_overwriting_oldest():
@@ -52,6 +55,21 @@ def test_samples_only_filled_slots_and_keeps_transitions_together():
     assert torch.equal(batch.next_observations[:, 0], ids.float() + 0.5)
     assert torch.equal(batch.actions, ids % 2)
     assert torch.equal(batch.terminated, (ids % 3 == 0).float())
+    assert torch.equal(batch.weights, torch.ones(500))  # uniform sampling: every weight 1
+    stored = buffer.state_dict()["storage"]["rewards"]
+    assert torch.equal(stored[batch.indices], batch.rewards)  # indices say where each transition sits
+
+
+def test_sampling_matches_a_brute_force_reference():
+    """Each slot of a full buffer is drawn about equally often (chi-square, fixed seed), and only filled slots."""
+    buffer = TransitionBuffer(50, seed=4)
+    push_range(buffer, 0, 20)
+    counts = np.bincount(buffer.sample(20_000).rewards.long().numpy(), minlength=20)
+    expected = 20_000 / 20
+    assert counts.sum() == 20_000 and ((counts - expected) ** 2 / expected).sum() < 45  # chi2(19) p ~ 0.001
+    buffer.update_priorities(torch.arange(5), torch.full((5,), 100.0))  # uniform: priorities change nothing
+    after = np.bincount(buffer.sample(20_000).rewards.long().numpy(), minlength=20)
+    assert ((after - expected) ** 2 / expected).sum() < 45
 
 
 def test_same_seed_same_samples_and_state_round_trip():
@@ -72,10 +90,12 @@ def test_empty_buffer_refuses_to_sample():
 def test_phase_batches_come_from_the_filled_part_in_blocks():
     buffer = TransitionBuffer(1000, seed=3)
     observations = np.arange(300, dtype=np.float32).reshape(300, 1)
-    buffer.push(observations, observations + 1, np.zeros(300, np.int64), observations[:, 0], np.zeros(300, bool))
+    buffer.push(StepBatch.of_transitions(observations, observations + 1, np.zeros(300, np.int64), observations[:, 0],
+                                         np.zeros(300, bool)))
     batches = list(buffer.sample_batches(1000, 7))  # 4096 // 1000 = 4 batches per block: two blocks
     assert len(batches) == 7 and all(len(b.rewards) == 1000 for b in batches)
     for batch in batches:
         assert torch.equal(batch.next_observations, batch.observations + 1)  # transitions stay whole
+        assert torch.equal(batch.observations[:, 0], batch.indices.float()) and torch.equal(batch.weights, torch.ones(1000))
         assert torch.equal(batch.rewards, batch.observations[:, 0]) and batch.observations.max() < 300
     assert len({float(b.rewards.sum()) for b in batches}) == 7  # independent draws

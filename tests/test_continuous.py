@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from offpolicy.agents import SACConfig, SACLearner, TD3Config, TD3Learner
-from offpolicy.agents.continuous import ActionScale, TwinCritic
+from offpolicy.agents.common import ActionScale
+from offpolicy.agents.networks import FlattenEncoder, TwinCritic
 from offpolicy.agents.sac import squashed_sample
 from offpolicy.buffer import TransitionBuffer
 from offpolicy.checkpoint import load_state, save_state
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
+from offpolicy.steps import StepBatch
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACTIONS = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
@@ -23,13 +25,13 @@ LEARNERS = [(SACLearner, SACConfig), (TD3Learner, TD3Config)]
 def filled_buffer(seed=0, size=400):
     rng = np.random.default_rng(seed)
     buffer = TransitionBuffer(1000, seed=seed)
-    buffer.push(
+    buffer.push(StepBatch.of_transitions(
         rng.normal(size=(size, 3)).astype(np.float32),
         rng.normal(size=(size, 3)).astype(np.float32),
         rng.uniform(ACTIONS.low, ACTIONS.high, size=(size, 2)).astype(np.float32),
         rng.normal(size=size).astype(np.float32),
         rng.random(size) < 0.1,
-    )
+    ))
     return buffer
 
 
@@ -80,7 +82,7 @@ def test_squashed_log_prob_matches_torch_distributions():
 
 
 def test_twin_critic_is_two_independent_mlps():
-    critic = TwinCritic(5, 8, 3)
+    critic = TwinCritic(FlattenEncoder(OBS), 2, 8, 3)
     observations, actions = torch.randn(10, 3), torch.randn(10, 2)
     q = critic(observations, actions)
     assert q.shape == (2, 10)
@@ -98,21 +100,36 @@ def test_sac_tunes_entropy_coefficient_and_reports_it():
     learner = SACLearner(OBS, ACTIONS, SACConfig(hidden=16))
     buffer = filled_buffer()
     outputs = [learner.train(buffer.sample(64)) for _ in range(20)]
-    assert outputs[0]["entropy_coef"] != outputs[-1]["entropy_coef"]
+    assert outputs[0].metrics["entropy_coef"] != outputs[-1].metrics["entropy_coef"]
     fixed = SACLearner(OBS, ACTIONS, SACConfig(hidden=16, entropy_coef=0.2))
-    assert all(float(fixed.train(buffer.sample(64))["entropy_coef"]) == pytest.approx(0.2) for _ in range(3))
+    assert all(float(fixed.train(buffer.sample(64)).metrics["entropy_coef"]) == pytest.approx(0.2) for _ in range(3))
 
 
 def test_td3_updates_actor_every_policy_delay_steps():
     learner = TD3Learner(OBS, ACTIONS, TD3Config(hidden=16, policy_delay=3))
     buffer = filled_buffer()
-    snapshots = []
+    snapshots, reported = [], []
     for _ in range(6):
-        learner.train(buffer.sample(64))
+        reported.append("actor_loss" in learner.train(buffer.sample(64)).metrics)
         snapshots.append([p.clone() for p in learner.actor.parameters()])
     changed = [not all(torch.equal(a, b) for a, b in zip(before, after))
                for before, after in zip(snapshots, snapshots[1:])]
     assert changed == [False, True, False, False, True]
+    assert reported == [False, False, True, False, False, True]  # only the updates that computed it
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_critic_loss_is_weighted_per_transition(learner, config):
+    """Importance weights scale each transition's critic loss: weighted 0, a batch teaches the critics
+    nothing (Adam's step is 0 for gradients that were always 0); the TD errors come one per transition."""
+    agent = learner(OBS, ACTIONS, config(hidden=16), seed=2)
+    batch = filled_buffer().sample(64)
+    batch.weights = torch.zeros(64)
+    before = [p.clone() for p in agent.critic.parameters()]
+    output = agent.train(batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.critic.parameters()))
+    assert float(output.metrics["loss"]) == 0.0 and output.td_errors.shape == (64,)
+    assert (output.td_errors > 0).all()
 
 
 @pytest.mark.parametrize("learner, config", LEARNERS)

@@ -3,11 +3,14 @@ import numpy as np
 import pytest
 import torch
 
+from offpolicy.agents import make_learner
 from offpolicy.agents.dqn import DQNConfig, DQNLearner
+from offpolicy.agents.fast_cpu import FastDQNLearner, supports
 from offpolicy.buffer import TransitionBuffer
 from offpolicy.checkpoint import load_state, save_state
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
+from offpolicy.steps import StepBatch
 
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
 ACTIONS = gym.spaces.Discrete(3)
@@ -16,14 +19,17 @@ ACTIONS = gym.spaces.Discrete(3)
 def filled_buffer(seed=0, size=300):
     rng = np.random.default_rng(seed)
     buffer = TransitionBuffer(1000, seed=seed)
-    buffer.push(
+    buffer.push(StepBatch.of_transitions(
         rng.normal(size=(size, 4)).astype(np.float32),
         rng.normal(size=(size, 4)).astype(np.float32),
         rng.integers(3, size=size),
         rng.normal(size=size).astype(np.float32),
         rng.random(size) < 0.1,
-    )
+    ))
     return buffer
+
+
+LEARNERS = [DQNLearner, FastDQNLearner]
 
 
 def test_unsupported_spaces_are_named():
@@ -38,19 +44,23 @@ def test_bad_hyperparameter_is_named():
         DQNLearner(OBS, ACTIONS, DQNConfig(gamma=1.5))
 
 
-def test_update_follows_double_dqn_huber_and_soft_target():
+@pytest.mark.parametrize("learner_class", LEARNERS)
+def test_update_follows_double_dqn_huber_and_soft_target(learner_class):
     config = DQNConfig(hidden=16, tau=0.25, lr=1e-2, gamma=0.9)
-    learner = DQNLearner(OBS, ACTIONS, config, seed=1)
+    learner = learner_class(OBS, ACTIONS, config, seed=1)
     batch = filled_buffer().sample(64)
+    batch.weights = torch.linspace(0.2, 1.0, 64)  # importance weights scale each transition's loss
     target_before = [p.clone() for p in learner.target_network.parameters()]
     online, target_net = learner.q_network, learner.target_network
     with torch.no_grad():
         next_a = online(batch.next_observations).argmax(1, keepdim=True)
         expected_target = batch.rewards + 0.9 * (1 - batch.terminated) * target_net(batch.next_observations).gather(1, next_a).squeeze(1)
         q = online(batch.observations).gather(1, batch.actions.view(-1, 1)).squeeze(1)
-        expected_loss = torch.nn.functional.smooth_l1_loss(q, expected_target)
+        huber = torch.nn.functional.smooth_l1_loss(q, expected_target, reduction="none")
+        expected_loss = (batch.weights * huber).mean()
     output = learner.train(batch)
-    assert torch.allclose(output["loss"], expected_loss)
+    assert torch.allclose(output.metrics["loss"], expected_loss)
+    assert torch.allclose(output.td_errors, (q - expected_target).abs(), atol=1e-6)
     for before, after, current in zip(target_before, target_net.parameters(), online.parameters()):
         assert torch.allclose(after, before + 0.25 * (current - before), atol=1e-6)
 
@@ -63,16 +73,17 @@ def test_exploration_decays_and_deterministic_is_greedy():
     policy.set_env_steps(1000)
     assert policy.act(obs, False).context["exploration_rate"] == pytest.approx(0.05 + 0.94 / np.e)
     output = policy.act(obs, True)
-    assert output.context == {} and torch.equal(output.actions, policy.forward(obs).argmax(1))
+    assert output.context == {} and torch.equal(output.actions, policy.q_values(obs).argmax(1))
 
 
-def test_saved_and_restored_learner_trains_identically(tmp_path):
-    a = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=2)
+@pytest.mark.parametrize("learner_class", LEARNERS)
+def test_saved_and_restored_learner_trains_identically(tmp_path, learner_class):
+    a = learner_class(OBS, ACTIONS, DQNConfig(hidden=32), seed=2)
     buffer = filled_buffer(1)
     for _ in range(5):
         a.train(buffer.sample(32))
     save_state(tmp_path, "learner", a.state_dict())
-    b = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=99)
+    b = learner_class(OBS, ACTIONS, DQNConfig(hidden=32), seed=99)
     b.load_state_dict(load_state(tmp_path, "learner"))
     for _ in range(5):
         batch = buffer.sample(32)
@@ -86,14 +97,18 @@ def test_saved_and_restored_learner_trains_identically(tmp_path):
 @pytest.mark.parametrize("layers, hidden", [(2, 8), (3, 64), (4, 32)])
 def test_fast_path_matches_autograd(layers, hidden):
     config = DQNConfig(hidden=hidden, layers=layers, lr=1e-3, max_grad_norm=0.5)
-    fast = DQNLearner(OBS, ACTIONS, config, seed=5, fast_path=True)
-    plain = DQNLearner(OBS, ACTIONS, config, seed=5, fast_path=False)
-    assert fast._fast and not plain._fast
+    fast = FastDQNLearner(OBS, ACTIONS, config, seed=5)
+    plain = DQNLearner(OBS, ACTIONS, config, seed=5)
     buffer = filled_buffer(7)
-    for _ in range(30):
+    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, 64).astype(np.float32))
+    for index in range(30):
         batch = buffer.sample(64)
+        if index % 2:
+            batch.weights = weights
         out_fast, out_plain = fast.train(batch), plain.train(batch)
-        assert torch.allclose(out_fast["loss"], out_plain["loss"], rtol=1e-5, atol=1e-6)
+        for name in ("loss", "q_values"):
+            assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=1e-5, atol=1e-6)
+        assert torch.allclose(out_fast.td_errors, out_plain.td_errors, rtol=1e-4, atol=1e-5)
     for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
                     list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -102,47 +117,36 @@ def test_fast_path_matches_autograd(layers, hidden):
 def test_acting_through_numpy_follows_training_and_parameter_handover():
     """The NumPy forward used for acting sees in-place training updates and parameters swapped in by
     `update()` (new storage), and picks the same greedy actions as torch's forward."""
-    learner = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=3)
-    acting = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=4).policy()
-    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32))
+    learner = FastDQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=3)
+    acting = FastDQNLearner(OBS, ACTIONS, DQNConfig(hidden=32), seed=4).policy()
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
 
-    def agrees(policy):
+    def greedy(policy):
+        through_numpy = policy.act_arrays(obs, deterministic=True)[0]
         with torch.no_grad():
-            values = policy.forward(obs)
-        numpy_values = policy._fast.predict(obs.numpy())
-        return np.allclose(numpy_values, values.numpy(), rtol=1e-5, atol=1e-6) and torch.equal(
-            policy.greedy_actions(obs), values.argmax(1))
+            through_torch = policy.q_values(torch.as_tensor(obs)).argmax(1).numpy()
+        assert np.array_equal(through_numpy, through_torch)
+        return through_numpy
 
     live = learner.policy()
-    assert agrees(live) and agrees(acting)
+    before = greedy(live)
+    greedy(acting)
     buffer = filled_buffer(1)
-    before = live.greedy_actions(obs)
     for _ in range(200):
         learner.train(buffer.sample(64))
-    assert agrees(live)
+    after = greedy(live)
     acting.update(learner.policy().state())
-    assert agrees(acting) and torch.equal(acting.greedy_actions(obs), live.greedy_actions(obs))
-    assert not torch.equal(before, live.greedy_actions(obs))  # training did change the actions
+    assert np.array_equal(greedy(acting), after)
+    assert not np.array_equal(before, after)  # training did change the actions
 
 
 def test_acting_on_arrays_draws_what_act_draws():
     """Runners act through `act_arrays` (NumPy in and out): it must choose the actions `act` chooses, draw
     for draw, with the same context and step count, through NumPy or (a network NumPy does not cover) torch."""
-    from torch import nn
-
-    from offpolicy.agents.dqn import DQNPolicy
-
     rng = np.random.default_rng(5)
-    for make_network in (None, lambda: nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3))):
-        policies = []
-        for _ in range(2):
-            policy = DQNLearner(OBS, ACTIONS, DQNConfig(hidden=32, exploration_decay=200), seed=6).policy()
-            if make_network is not None:
-                torch.manual_seed(0)
-                policy = DQNPolicy(make_network(), 3, policy.config, seed=6)
-            policies.append(policy)
-        through_torch, through_arrays = policies
-        assert (through_arrays._fast is None) == (make_network is not None)
+    for learner_class in LEARNERS:
+        config = DQNConfig(hidden=32, exploration_decay=200)
+        through_torch, through_arrays = (learner_class(OBS, ACTIONS, config, seed=6).policy() for _ in range(2))
         for count in (1, 4, 8, 3) * 10:
             obs = rng.normal(size=(count, 4)).astype(np.float32)
             for deterministic in (False, True):
@@ -154,15 +158,20 @@ def test_acting_on_arrays_draws_what_act_draws():
         assert through_arrays.predict(obs[0]) == int(expected.actions[0])
 
 
-def test_fast_path_covers_only_plain_relu_mlps():
+def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
+    from collections import OrderedDict
+
     from torch import nn
 
-    from offpolicy.agents.fast_mlp import supports
+    from offpolicy.agents.networks import EncodedMLP, FlattenEncoder
 
-    assert supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
-    assert not supports(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
-    assert not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU()))
-    assert not supports(nn.Linear(4, 2))
+    encoder = FlattenEncoder(OBS)
+    assert supports(EncodedMLP(encoder, 3, 8, 3))
+    tanh = EncodedMLP(encoder, 3, 8, 2)
+    tanh[1] = nn.Tanh()
+    assert not supports(tanh) and not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    assert not supports(nn.Sequential(OrderedDict(encoder=nn.Conv2d(1, 1, 1), head=nn.Linear(4, 2))))
+    assert isinstance(make_learner("dqn", OBS, ACTIONS, {}, "cpu", 0), FastDQNLearner)
 
 
 def test_exploration_state_survives_a_checkpoint(tmp_path):

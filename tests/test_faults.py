@@ -13,6 +13,7 @@ import torch
 
 from fake_envs import BrokenEnv
 from helpers import CountingEnv, StubLearner
+from offpolicy.policy import TrainOutput
 from offpolicy import OffPolicyConfig, RunConfig, train
 from offpolicy.checkpoint import Checkpointer, NonFiniteStateError
 from offpolicy.events import EventProcessor
@@ -71,7 +72,7 @@ class DivergingLearner(StubLearner):
         output = super().train(batch)
         if self.train_calls >= 50:
             self._policy.version = torch.tensor(float("nan"))
-            return {"loss": torch.tensor(float("nan"))}
+            return TrainOutput({"loss": torch.tensor(float("nan"))})
         return output
 
 

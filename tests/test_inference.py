@@ -69,9 +69,12 @@ def test_update_flushes_pending_with_old_parameters_first():
     assert later[0].wait()[1]["version"] == 7.0
 
 
-def test_actions_come_back_per_request():
-    server, _ = make_server(autobatch=3, active=3)
-    requests = [server.submit(obs(), False) for _ in range(3)]
-    for request in requests:
+def test_each_request_gets_the_action_for_its_own_observation():
+    """The stub echoes each observation's id: a batch answered out of order would hand one request
+    another's action."""
+    server, policy = make_server(autobatch=3, active=3)
+    requests = [server.submit(np.array([id_, 0], dtype=np.float32), False) for id_ in (7, 3, 5, 11, 2, 9)]
+    assert [b[0] for b in policy.log["batches"]] == [3, 3]
+    for request, id_ in zip(requests, (7, 3, 5, 11, 2, 9)):
         action, context = request.wait(timeout=1)
-        assert action == 0 and "version" in context
+        assert action == id_ and context == {"version": 0.0}

@@ -1,6 +1,7 @@
 """The process backend: same semantics as the others, clean shutdown, failures named."""
 
 import functools
+import multiprocessing
 import os
 import signal
 import time
@@ -8,9 +9,10 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
-from fake_envs import CountingEnv, FailingEnv, OddSeedsSlowEnv, SlowEnv
-from helpers import StubPolicy
+from fake_envs import CountingEnv, FailingEnv, OddSeedsSlowEnv, RecordingEnv, SlowEnv
+from helpers import StubPolicy, observation_ids
 from offpolicy.policy import PolicyOutput
 from offpolicy.runners import EnvRunnerError, InProcessMultiEnvRunner, ProcessMultiEnvRunner, StepBatch
 
@@ -34,12 +36,21 @@ def alive(pids):
 
 @pytest.mark.parametrize("num_envs, autobatch, workers", [(4, 4, 2), (5, 2, 2), (3, 1, 3)])
 def test_run_steps_keeps_every_env_one_step_ahead(num_envs, autobatch, workers):
-    with runner(num_envs, autobatch, workers) as r:
+    """Each env has taken every step handed back, and one more (its next, under way or done)."""
+    counts = multiprocessing.get_context("spawn").Array("q", num_envs)
+    factory = functools.partial(RecordingEnv, counts)
+    handed = np.zeros(num_envs, np.int64)
+    with ProcessMultiEnvRunner(factory, list(range(num_envs)), StubPolicy(), autobatch, num_workers=workers) as r:
         for count in (1, 6, 4, 11):
             steps = r.run_steps(count)
             assert len(steps) == count
-            in_flight = [env for arrived in r._arrived for env in arrived.tolist()] + list(r._stepping)
-            assert sorted(in_flight) == list(range(num_envs)) and not r._pending
+            assert (steps.actions == observation_ids(torch.as_tensor(steps.observations)).numpy()).all()
+            handed += np.bincount(steps.env_ids, minlength=num_envs)
+            deadline = time.monotonic() + 10
+            while sum(counts[:]) < handed.sum() + num_envs and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.02)  # long enough for an env that ran further ahead to show it
+            assert list(counts[:]) == (handed + 1).tolist()
 
 
 @pytest.mark.parametrize("factory", [functools.partial(CountingEnv, 5), SlowEnv])

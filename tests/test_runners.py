@@ -4,8 +4,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
-from helpers import CountingEnv, StubPolicy
+from helpers import CountingEnv, StubPolicy, observation_ids
 from offpolicy.inference import InferenceServer
 from offpolicy.runners import (
     AsyncEnvRunner,
@@ -66,7 +67,9 @@ def test_run_steps_returns_n_and_keeps_every_env_one_step_ahead(backend, num_env
     with multi_runner(backend, factory, num_envs, autobatch) as runner:
         handed = Counter()
         for count in (1, 7, 4, 13):
-            timesteps = runner.run_steps(count).timesteps()
+            steps = runner.run_steps(count)
+            assert (steps.actions == observation_ids(torch.as_tensor(steps.observations)).numpy()).all()
+            timesteps = steps.timesteps()
             assert len(timesteps) == count
             handed.update(int(t.observation[1]) for t in timesteps)
             settle(factory, sum(handed.values()) + num_envs)

@@ -1,19 +1,35 @@
-"""The replay buffer: a circular store of transitions in preallocated tensors.
+"""Replay buffers: the protocol every buffer follows, and the uniform circular buffer.
 
-Storage lives on the learner's device, so sampling a batch is one random index
-draw and five gathers, with no host round trip. It is shaped lazily from the
-first transitions pushed, so it needs no knowledge of the environment.
+The strategy knows only `ReplayBuffer`: it pushes each chunk of steps as it
+arrives (a `StepBatch`, with env ids and truncation flags, which buffers that
+compute n-step returns need), samples batches for a training phase, and hands
+back the learner's per-sample TD errors (`update_priorities`), which
+prioritized buffers use and the uniform one ignores. `make_replay_buffer`
+chooses the buffer from the configuration.
+
+`TransitionBuffer`, the uniform buffer, keeps transitions in preallocated
+tensors on the learner's device, so sampling a batch is one random index draw
+and a few gathers, with no host round trip. It is shaped lazily from the first
+transitions pushed, so it needs no knowledge of the environment.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
 
+from offpolicy.steps import StepBatch
+
+if TYPE_CHECKING:
+    from offpolicy.config import OffPolicyConfig
+
 FIELDS = ("observations", "next_observations", "actions", "rewards", "terminated")
+"""What `TransitionBuffer` stores of each step."""
+BATCH_FIELDS = FIELDS + ("indices", "weights")
 BLOCK_TRANSITIONS = 4096
 
 
@@ -27,6 +43,10 @@ class TransitionBatch:
     rewards: torch.Tensor
     terminated: torch.Tensor
     """1.0 where the episode really ended (no bootstrapping); time-limit truncations are 0.0."""
+    indices: torch.Tensor
+    """Where each transition sits in the buffer: what `ReplayBuffer.update_priorities` takes back."""
+    weights: torch.Tensor
+    """Importance-sampling weight of each transition, to scale its loss by (all ones for uniform sampling)."""
 
 
 def _storage_dtype(array: np.ndarray) -> torch.dtype:
@@ -37,8 +57,53 @@ def _storage_dtype(array: np.ndarray) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
 
 
-class TransitionBuffer:
-    """Fixed-capacity FIFO of transitions; once full, each push overwrites the oldest."""
+class ReplayBuffer(ABC):
+    """What the strategy needs of a replay buffer."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Transitions held now."""
+
+    @abstractmethod
+    def push(self, steps: StepBatch) -> None:
+        """Store a chunk of environment steps, in the order they completed."""
+
+    @abstractmethod
+    def sample(self, batch_size: int) -> TransitionBatch:
+        """One batch of `batch_size` transitions."""
+
+    @abstractmethod
+    def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
+        """`count` batches of `batch_size` transitions for one training phase."""
+
+    @abstractmethod
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """The learner's absolute TD error for each sampled transition (`TransitionBatch.indices`)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The contents and everything needed to continue sampling, for `--save-buffer` checkpoints."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+
+    @abstractmethod
+    def sampling_state(self) -> Any:
+        """The random state of sampling alone, saved with every checkpoint (the contents only on request)."""
+
+    @abstractmethod
+    def load_sampling_state(self, state: Any) -> None:
+        """Restore what `sampling_state` returned."""
+
+
+def make_replay_buffer(config: "OffPolicyConfig", device: torch.device | str, seed: int) -> ReplayBuffer:
+    """The replay buffer `config` asks for, on `device`, sampling from `seed`."""
+    return TransitionBuffer(config.replay_buffer_size, device, seed)
+
+
+class TransitionBuffer(ReplayBuffer):
+    """Fixed-capacity FIFO of transitions sampled uniformly; once full, each push overwrites the oldest."""
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu", seed: int = 0) -> None:
         if capacity < 1:
@@ -55,23 +120,10 @@ class TransitionBuffer:
     def __len__(self) -> int:
         return self._size
 
-    def push(
-        self,
-        observations: np.ndarray,
-        next_observations: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        terminated: np.ndarray,
-    ) -> None:
-        """Append a batch of transitions (arrays batched along the first dimension)."""
-        arrays = dict(
-            observations=observations,
-            next_observations=next_observations,
-            actions=actions,
-            rewards=rewards,
-            terminated=terminated,
-        )
-        count = len(rewards)
+    def push(self, steps: StepBatch) -> None:
+        """Append a chunk of steps; truncation is not termination (a truncated step still bootstraps)."""
+        arrays = {name: getattr(steps, name) for name in FIELDS}
+        count = len(steps)
         if count == 0:
             return
         if not self._storage:
@@ -100,7 +152,11 @@ class TransitionBuffer:
         indices = torch.randint(
             self._size, (batch_size,), generator=self._generator, device=self.device
         )
-        return TransitionBatch(**{name: torch.index_select(self._storage[name], 0, indices) for name in FIELDS})
+        return TransitionBatch(
+            **{name: torch.index_select(self._storage[name], 0, indices) for name in FIELDS},
+            indices=indices,
+            weights=torch.ones(batch_size, device=self.device),
+        )
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
         """`count` independent batches for one training phase, drawn a block at a time.
@@ -114,9 +170,12 @@ class TransitionBuffer:
         for start in range(0, count, per_block):
             batches = min(per_block, count - start)
             block = self.sample(batch_size * batches)
-            columns = [getattr(block, name).unflatten(0, (batches, batch_size)).unbind(0) for name in FIELDS]
+            columns = [getattr(block, name).unflatten(0, (batches, batch_size)).unbind(0) for name in BATCH_FIELDS]
             for fields in zip(*columns):
                 yield TransitionBatch(*fields)
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """Uniform sampling has no priorities: nothing to do."""
 
     def _allocate(self, arrays: dict[str, np.ndarray]) -> None:
         for name, array in arrays.items():

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from offpolicy.interrupt import Interrupter
-from offpolicy.policy import TrainOutput
+from offpolicy.policy import TrainMetrics
 from offpolicy.runners.core import StepBatch
 
 
@@ -68,7 +68,7 @@ class EnvsRestarted:
 @dataclass
 class TrainStep:
     step: int
-    output: TrainOutput
+    output: TrainMetrics
 
 
 @dataclass
@@ -166,7 +166,7 @@ class EventProcessor:
         self.sinks = sinks
         self.interrupter = interrupter or Interrupter()
         self.stats = RunStats()
-        self._phase_outputs: list[TrainOutput] = []
+        self._phase_outputs: list[TrainMetrics] = []
 
     def process_train(self, event: Event) -> None:
         self._dispatch(event)
@@ -178,10 +178,7 @@ class EventProcessor:
         """Average the learner outputs of the phase just ended, with one device sync."""
         outputs, self._phase_outputs = self._phase_outputs, []
         if outputs:
-            names = list(outputs[0])
-            values = torch.stack([output[name] for output in outputs for name in names])
-            means = values.view(len(outputs), len(names)).float().mean(0)
-            self.stats.closed_phase = dict(zip(names, means.tolist()))
+            self.stats.closed_phase = phase_means(outputs)
             self.stats.closed_phase_step = self.stats.step
             self.stats.last_outputs = self.stats.closed_phase
 
@@ -218,6 +215,19 @@ class EventProcessor:
             if is_train_step and not getattr(sink, "wants_train_steps", True):
                 continue
             self.interrupter.fail_on_error(lambda: sink.on_event(event, stats))
+
+
+def phase_means(outputs: list[TrainMetrics]) -> dict[str, float]:
+    """Each metric's mean over the updates that reported it (TD3 reports `actor_loss` on delayed updates
+    only), read with one device sync."""
+    names = [name for output in outputs for name in output]
+    values = torch.stack([value for output in outputs for value in output.values()]).float().tolist()
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, value in zip(names, values):
+        sums[name] = sums.get(name, 0.0) + value
+        counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sums}
 
 
 class MetricsLog:

@@ -16,17 +16,28 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from offpolicy.agents.exploration import Exploration
     from offpolicy.buffer import TransitionBatch
 
 PolicyState = dict[str, torch.Tensor]
 """The acting policy's parameters, as handed from the learner to the acting copies."""
 
-TrainOutput = dict[str, torch.Tensor]
+TrainMetrics = dict[str, torch.Tensor]
 """What one optimisation step reports (loss and friends), as 0-d tensors.
 
 Tensors rather than floats: reading a value forces a device sync, so metrics
 read them in bulk, off the hot path.
 """
+
+
+@dataclass
+class TrainOutput:
+    """What one optimisation step hands back: its metrics and, where the learner has them, its TD errors."""
+
+    metrics: TrainMetrics
+    td_errors: torch.Tensor | None = None
+    """The absolute TD error of each transition of the batch, in batch order: prioritized replay buffers
+    take them as new priorities (`ReplayBuffer.update_priorities`)."""
 
 
 @dataclass
@@ -40,7 +51,12 @@ class PolicyOutput:
 
 
 class Policy(ABC):
-    """Maps a batch of observations to a batch of actions."""
+    """Maps a batch of observations to a batch of actions.
+
+    An agent's policy implements the abstract members; the rest follows from
+    them. Its `exploration` holds every random draw it makes while collecting,
+    so checkpoints keep that state and copies acting side by side are seeded apart.
+    """
 
     device: torch.device
 
@@ -48,9 +64,10 @@ class Policy(ABC):
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
         """Choose actions; `deterministic` turns exploration off (evaluation)."""
 
+    @property
     @abstractmethod
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        """The raw action-distribution parameters (Q-values for DQN)."""
+    def exploration(self) -> "Exploration":
+        """The random stream and schedule exploration draws from (`NoExploration()` if there is none)."""
 
     @abstractmethod
     def state(self) -> PolicyState:
@@ -68,9 +85,8 @@ class Policy(ABC):
         """`act` for NumPy observations, returning NumPy actions and the context, without gradients.
 
         Runners hold observations and actions as arrays (shared memory, step batches), so this is what
-        they call. A policy that can act without torch overrides it and skips the conversions (DQN on
-        the CPU: about half the time, 4 observations in 30-42 us against 61-78 us through torch here); the
-        result must be what `act` would give.
+        they call. A policy that can act without torch may override it; the result must be what `act`
+        would give.
         """
         with torch.no_grad():
             output = self.act(torch.as_tensor(observations, device=self.device), deterministic)
@@ -85,8 +101,10 @@ class Policy(ABC):
         actions, _ = self.act_arrays(np.asarray(observation)[None], deterministic)
         return actions[0].item() if actions[0].ndim == 0 else actions[0]
 
-    env_steps: int = 0
-    """Environment steps acted so far, which progress-dependent schedules (exploration) follow."""
+    @property
+    def env_steps(self) -> int:
+        """Environment steps acted so far, which progress-dependent schedules (exploration) follow."""
+        return self.exploration.env_steps
 
     def set_env_steps(self, steps: int) -> None:
         """Tell the policy how many environment steps were taken so far.
@@ -94,14 +112,15 @@ class Policy(ABC):
         Schedules that depend on progress (exploration) then continue where a
         resumed run stopped, or follow the whole run when envs act on several copies.
         """
-        self.env_steps = steps
+        self.exploration.env_steps = steps
 
     def exploration_state(self) -> dict[str, Any]:
         """The random state exploration draws from, saved in checkpoints so a resumed run continues it."""
-        return {}
+        return self.exploration.state()
 
     def load_exploration_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `exploration_state` returned."""
+        self.exploration.load_state(state)
 
     def seed_exploration(self, seed: int) -> None:
         """Start exploration's random draws afresh from `seed`.
@@ -109,6 +128,7 @@ class Policy(ABC):
         Copies of one policy that act side by side (one per Ray actor) would
         otherwise draw the same numbers, and their envs explore in lockstep.
         """
+        self.exploration.seed(seed)
 
 
 class PolicyLearner(ABC):
@@ -118,7 +138,8 @@ class PolicyLearner(ABC):
 
     @abstractmethod
     def train(self, batch: "TransitionBatch") -> TrainOutput:
-        """Run one optimisation step on `batch` and report its outputs."""
+        """Run one optimisation step on `batch` (each transition's loss scaled by `batch.weights`) and
+        report its metrics, and its per-sample TD errors where it has them."""
 
     @abstractmethod
     def policy(self) -> Policy:
@@ -131,7 +152,6 @@ class PolicyLearner(ABC):
     @abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what `state_dict` returned."""
-
 
 
 class ParameterHandover:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from offpolicy.buffer import TransitionBuffer
+from offpolicy.buffer import ReplayBuffer, make_replay_buffer
 from offpolicy.checkpoint import Checkpointer, NonFiniteStateError
 from offpolicy.config import OffPolicyConfig
 from offpolicy.envs import EVALUATION_ENV, TRAINING_ENVS, EnvFactory, derive_seeds
@@ -86,7 +86,7 @@ class TrainingComponents:
     """With backend 'ray': actors, envs per actor, cluster address."""
 
 
-def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) -> None:
+def push_steps(buffer: ReplayBuffer, steps: StepBatch, first_step: int = 0) -> None:
     """Store a chunk of steps as one batched push; truncation is not termination.
 
     NaN or infinite observations and rewards are refused here, with one
@@ -101,7 +101,7 @@ def push_steps(buffer: TransitionBuffer, steps: StepBatch, first_step: int = 0) 
                 f"at step {first_step + bad + 1:,} of the run",
                 [steps.env_ids[bad]],
             )
-    buffer.push(steps.observations, steps.next_observations, steps.actions, steps.rewards, steps.terminated)
+    buffer.push(steps)
 
 
 def check_finite(output: dict[str, torch.Tensor], step: int, updates: int) -> None:
@@ -135,7 +135,7 @@ class OffPolicyStrategy:
 
         acting_policy = copy.deepcopy(learner.policy()).to(components.inference_device)
         acting_policy.set_env_steps(starting_step)
-        buffer = TransitionBuffer(config.replay_buffer_size, learner.device, components.seed)
+        buffer = make_replay_buffer(config, learner.device, components.seed)
         if checkpointer is not None and starting_step:
             restore_progress(checkpointer, starting_step, acting_policy, buffer, events)
 
@@ -210,8 +210,10 @@ class OffPolicyStrategy:
                         env_runner.update_policy(intermediary_update)
                     for batch in buffer.sample_batches(config.train_batch_size, config.train_steps):
                         output = learner.train(batch)
-                        events.process_train(TrainStep(step, output))
-                    check_finite(output, step, events.stats.train_steps)
+                        if output.td_errors is not None:
+                            buffer.update_priorities(batch.indices, output.td_errors)
+                        events.process_train(TrainStep(step, output.metrics))
+                    check_finite(output.metrics, step, events.stats.train_steps)
                     intermediary_update = learner.policy().state()
 
                 if previous_step < next_eval <= step:
@@ -235,7 +237,7 @@ class OffPolicyStrategy:
         return learner.policy()
 
 
-def progress_state(acting_policy: Policy, buffer: TransitionBuffer, events: EventProcessor) -> dict[str, Any]:
+def progress_state(acting_policy: Policy, buffer: ReplayBuffer, events: EventProcessor) -> dict[str, Any]:
     """What a checkpoint keeps besides the learner: random states and the run's counters."""
     return {
         "exploration": acting_policy.exploration_state(),
@@ -246,7 +248,7 @@ def progress_state(acting_policy: Policy, buffer: TransitionBuffer, events: Even
 
 
 def restore_progress(
-    checkpointer: Checkpointer, step: int, acting_policy: Policy, buffer: TransitionBuffer, events: EventProcessor
+    checkpointer: Checkpointer, step: int, acting_policy: Policy, buffer: ReplayBuffer, events: EventProcessor
 ) -> None:
     """Continue random states and counters from the checkpoint at `step`, and its buffer if it has one.
 

@@ -3,7 +3,7 @@
 One update (`SACLearner.train`), as in the paper and Stable-Baselines3:
 1. entropy: alpha <- minimise -log_alpha * (log pi(a|s) + target_entropy), target = -action dims;
 2. critics: y = r + gamma * (1 - terminated) * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'));
-   loss = 1/2 * sum_i mean (Q_i(s, a) - y)^2;
+   loss = 1/2 * sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
 3. actor: loss = mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a ~ pi(.|s) reparameterised;
 4. targets: Q_target <- (1 - tau) Q_target + tau Q.
 Actions are tanh-squashed to [-1, 1] and scaled to the env's bounds; the deterministic
@@ -21,25 +21,13 @@ import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
-from offpolicy.agents.continuous import (
-    ActionScale,
-    TwinCritic,
-    check_box_spaces,
-    frozen,
-    soft_update,
-    validate_common,
-)
-from offpolicy.agents.dqn import mlp
+from offpolicy.agents.common import ActionScale, bounded_box_actions, frozen, soft_update, validate_common
+from offpolicy.agents.exploration import PolicySampling
+from offpolicy.agents.networks import EncodedMLP, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import (
-    ParameterHandover,
-    Policy,
-    PolicyLearner,
-    PolicyOutput,
-    PolicyState,
-    TrainOutput,
-)
+from offpolicy.config import ConfigError
+from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -65,8 +53,6 @@ class SACConfig:
     """Starting alpha when tuned automatically."""
 
     def validate(self) -> None:
-        from offpolicy.config import ConfigError
-
         validate_common(self)
         if not self.initial_entropy_coef > 0:
             raise ConfigError(f"initial_entropy_coef must be positive, got {self.initial_entropy_coef}")
@@ -89,24 +75,23 @@ def squashed_sample(actor: torch.nn.Module, observations: torch.Tensor, generato
 class SACPolicy(Policy):
     """Samples from the squashed Gaussian; deterministic actions are tanh(mean)."""
 
-    def __init__(self, actor: torch.nn.Module, scale: ActionScale, seed: int) -> None:
+    def __init__(self, actor: EncodedMLP, scale: ActionScale, seed: int) -> None:
         self.actor = actor
         self.scale = scale
         self.device = next(actor.parameters()).device
         self._handover = ParameterHandover(actor)
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(seed)
+        self._exploration = PolicySampling(self.device, seed)
 
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.actor(observations.to(torch.float32).flatten(1))
+    @property
+    def exploration(self) -> PolicySampling:
+        return self._exploration
 
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
         with torch.no_grad():
-            inputs = observations.to(torch.float32).flatten(1)
             if deterministic:
-                unit = torch.tanh(self.actor(inputs).chunk(2, dim=-1)[0])
+                unit = torch.tanh(self.actor(observations).chunk(2, dim=-1)[0])
             else:
-                unit, _ = squashed_sample(self.actor, inputs, self._generator)
+                unit, _ = squashed_sample(self.actor, observations, self.exploration.generator)
             return PolicyOutput(self.scale.to_env(unit), {})
 
     def state(self) -> PolicyState:
@@ -115,23 +100,11 @@ class SACPolicy(Policy):
     def update(self, state: PolicyState) -> None:
         self._handover.adopt(state)
 
-    def exploration_state(self) -> dict[str, Any]:
-        return {"generator": self._generator.get_state()}
-
-    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
-        self._generator.set_state(state["generator"])
-
-    def seed_exploration(self, seed: int) -> None:
-        self._generator.manual_seed(seed)
-
     def to(self, device: torch.device | str) -> "SACPolicy":
         self.actor.to(device)
         self.scale.to(device)
-        if torch.device(device) != self.device:
-            self.device = torch.device(device)
-            seed = int(torch.randint(2**62, (1,), generator=self._generator))
-            self._generator = torch.Generator(device=self.device)
-            self._generator.manual_seed(seed)
+        self.device = torch.device(device)
+        self.exploration.to(self.device)
         return self
 
 
@@ -148,12 +121,14 @@ class SACLearner(PolicyLearner):
     ) -> None:
         self.config = c = config or SACConfig()
         c.validate()
-        observation_size, action_size = check_box_spaces("SAC", observation_space, action_space)
+        action_size = bounded_box_actions("SAC", action_space)
         self.device = torch.device(device)
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
-        self.actor = mlp(observation_size, 2 * action_size, c.hidden, c.layers).to(self.device)
-        self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
+        self.actor = EncodedMLP(make_encoder(observation_space, "SAC"), 2 * action_size, c.hidden, c.layers)
+        self.actor.to(self.device)
+        self.critic = TwinCritic(make_encoder(observation_space, "SAC"), action_size, c.hidden, c.layers)
+        self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
         self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
@@ -169,8 +144,7 @@ class SACLearner(PolicyLearner):
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config
-        observations = batch.observations.flatten(1).to(torch.float32)
-        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        observations, next_observations = batch.observations, batch.next_observations
         actions = self.scale.to_unit(batch.actions)
 
         policy_actions, log_prob = squashed_sample(self.actor, observations, self._generator)
@@ -186,7 +160,7 @@ class SACLearner(PolicyLearner):
             next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
             target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (next_q - alpha * next_log_prob)
         q_values = self.critic(observations, actions)
-        critic_loss = 0.5 * (q_values - target).pow(2).mean(dim=1).sum()
+        critic_loss = 0.5 * (batch.weights * (q_values - target).pow(2)).mean(dim=1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -199,12 +173,14 @@ class SACLearner(PolicyLearner):
 
         soft_update(self.target_critic, self.critic, c.tau)
         self.updates += 1
-        return {
+        q_values = q_values.detach()
+        metrics = {
             "loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
             "entropy_coef": alpha,
-            "q_values": q_values.detach().mean(),
+            "q_values": q_values.mean(),
         }
+        return TrainOutput(metrics, (q_values - target).abs().mean(dim=0))
 
     def policy(self) -> SACPolicy:
         return self._policy

@@ -2,8 +2,10 @@
 
 One update (`TD3Learner.train`), as in the paper and Stable-Baselines3:
 1. critics: a' = clip(actor_target(s') + clip(N(0, target_noise), +-noise_clip), -1, 1);
-   y = r + gamma * (1 - terminated) * min_i Q_target_i(s', a'); loss = sum_i mean (Q_i(s, a) - y)^2;
-2. every `policy_delay` updates: actor loss = -mean Q_1(s, actor(s)), then both targets move by tau.
+   y = r + gamma * (1 - terminated) * min_i Q_target_i(s', a');
+   loss = sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
+2. every `policy_delay` updates: actor loss = -mean Q_1(s, actor(s)), then both targets move by tau
+   (`actor_loss` is reported on those updates only).
 Acting adds N(0, exploration_noise) to tanh(actor(s)) in [-1, 1] before scaling to the env's
 bounds; the deterministic action has no noise.
 """
@@ -15,28 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from offpolicy.agents.continuous import (
-    ActionScale,
-    TwinCritic,
-    check_box_spaces,
-    frozen,
-    soft_update,
-    validate_common,
-)
-from offpolicy.agents.dqn import mlp
+from offpolicy.agents.common import ActionScale, bounded_box_actions, frozen, soft_update, validate_common
+from offpolicy.agents.exploration import GaussianNoise
+from offpolicy.agents.networks import EncodedMLP, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
-from offpolicy.policy import (
-    ParameterHandover,
-    Policy,
-    PolicyLearner,
-    PolicyOutput,
-    PolicyState,
-    TrainOutput,
-)
+from offpolicy.config import ConfigError
+from offpolicy.policy import ParameterHandover, Policy, PolicyLearner, PolicyOutput, PolicyState, TrainOutput
 
 
 @dataclass
@@ -63,8 +52,6 @@ class TD3Config:
     """The smoothing noise is clipped to +- this."""
 
     def validate(self) -> None:
-        from offpolicy.config import ConfigError
-
         validate_common(self)
         if self.policy_delay < 1:
             raise ConfigError(f"policy_delay must be at least 1, got {self.policy_delay}")
@@ -76,23 +63,22 @@ class TD3Config:
 class TD3Policy(Policy):
     """tanh(actor(s)) plus Gaussian exploration noise; no noise when deterministic."""
 
-    def __init__(self, actor: torch.nn.Module, scale: ActionScale, noise: float, seed: int) -> None:
+    def __init__(self, actor: EncodedMLP, scale: ActionScale, exploration: GaussianNoise) -> None:
         self.actor = actor
         self.scale = scale
-        self.noise = noise
         self.device = next(actor.parameters()).device
         self._handover = ParameterHandover(actor)
-        self._rng = np.random.default_rng(seed)
+        self._exploration = exploration
 
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.actor(observations.to(torch.float32).flatten(1)))
+    @property
+    def exploration(self) -> GaussianNoise:
+        return self._exploration
 
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
         with torch.no_grad():
-            unit = self.forward(observations)
-            if not deterministic and self.noise > 0:
-                noise = torch.from_numpy(self._rng.normal(0.0, self.noise, unit.shape).astype(np.float32))
-                unit = (unit + noise.to(self.device)).clamp(-1.0, 1.0)
+            unit = torch.tanh(self.actor(observations))
+            if not deterministic:
+                unit = self.exploration.perturb(unit)
             return PolicyOutput(self.scale.to_env(unit), {})
 
     def state(self) -> PolicyState:
@@ -100,15 +86,6 @@ class TD3Policy(Policy):
 
     def update(self, state: PolicyState) -> None:
         self._handover.adopt(state)
-
-    def exploration_state(self) -> dict[str, Any]:
-        return {"rng": self._rng.bit_generator.state}
-
-    def load_exploration_state(self, state: Mapping[str, Any]) -> None:
-        self._rng.bit_generator.state = state["rng"]
-
-    def seed_exploration(self, seed: int) -> None:
-        self._rng = np.random.default_rng(seed)
 
     def to(self, device: torch.device | str) -> "TD3Policy":
         self.actor.to(device)
@@ -130,26 +107,26 @@ class TD3Learner(PolicyLearner):
     ) -> None:
         self.config = c = config or TD3Config()
         c.validate()
-        observation_size, action_size = check_box_spaces("TD3", observation_space, action_space)
+        action_size = bounded_box_actions("TD3", action_space)
         self.device = torch.device(device)
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
-        self.actor = mlp(observation_size, action_size, c.hidden, c.layers).to(self.device)
+        self.actor = EncodedMLP(make_encoder(observation_space, "TD3"), action_size, c.hidden, c.layers)
+        self.actor.to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = TwinCritic(observation_size + action_size, c.hidden, c.layers).to(self.device)
+        self.critic = TwinCritic(make_encoder(observation_space, "TD3"), action_size, c.hidden, c.layers)
+        self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
         self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)
-        self._policy = TD3Policy(self.actor, self.scale, c.exploration_noise, seed)
+        self._policy = TD3Policy(self.actor, self.scale, GaussianNoise(c.exploration_noise, seed))
         self.updates = 0
-        self._last_actor_loss = torch.zeros((), device=self.device)
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config
-        observations = batch.observations.flatten(1).to(torch.float32)
-        next_observations = batch.next_observations.flatten(1).to(torch.float32)
+        observations, next_observations = batch.observations, batch.next_observations
         actions = self.scale.to_unit(batch.actions)
 
         with torch.no_grad():
@@ -159,11 +136,13 @@ class TD3Learner(PolicyLearner):
             next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
             target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
         q_values = self.critic(observations, actions)
-        critic_loss = (q_values - target).pow(2).mean(dim=1).sum()
+        critic_loss = (batch.weights * (q_values - target).pow(2)).mean(dim=1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
 
+        q_values = q_values.detach()
+        metrics = {"loss": critic_loss.detach(), "q_values": q_values.mean()}
         self.updates += 1
         if self.updates % c.policy_delay == 0:
             with frozen(self.critic):
@@ -173,8 +152,8 @@ class TD3Learner(PolicyLearner):
             self.actor_optimizer.step()
             soft_update(self.target_critic, self.critic, c.tau)
             soft_update(self.target_actor, self.actor, c.tau)
-            self._last_actor_loss = actor_loss.detach()
-        return {"loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_values": q_values.detach().mean()}
+            metrics["actor_loss"] = actor_loss.detach()
+        return TrainOutput(metrics, (q_values - target).abs().mean(dim=0))
 
     def policy(self) -> TD3Policy:
         return self._policy

@@ -1,27 +1,18 @@
-"""Pieces SAC and TD3 share: bounded Box actions, and twin critics evaluated as one network.
-
-Twin critics are two MLPs Q(s, a); stacking their weights lets one batched
-matrix product per layer evaluate both, which halves the operations an update
-runs. On a CPU, where small updates are bound by per-operation overhead, that
-is a large part of an update's time.
-"""
+"""Helpers every agent shares: hyperparameter rules, action-space checks, action scaling, target updates."""
 
 from __future__ import annotations
-
-import math
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
 
 
 def validate_common(config: object) -> None:
-    """The rules every agent (DQN, SAC, TD3) shares for lr, gamma, tau, hidden and layers."""
-    from offpolicy.config import ConfigError
-
+    """The rules every agent shares for lr, gamma, tau, hidden and layers."""
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
@@ -36,17 +27,25 @@ def validate_common(config: object) -> None:
         raise ConfigError(f"layers must be at least 2, got {layers}")
 
 
-def check_box_spaces(agent: str, observation_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
-    """Flat observation size and action size, or an error naming the agent and the space."""
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise EnvError(f"{agent} needs a Box observation space, got {observation_space}")
+def discrete_actions(agent: str, action_space: gym.Space) -> int:
+    """The number of actions, or an error naming the agent and the space."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise EnvError(
+            f"{agent} needs a Discrete action space, got {action_space}; "
+            "for continuous actions use an agent for Box actions"
+        )
+    return int(action_space.n)
+
+
+def bounded_box_actions(agent: str, action_space: gym.Space) -> int:
+    """The flat action size, or an error naming the agent and the space."""
     if not isinstance(action_space, gym.spaces.Box):
         raise EnvError(
             f"{agent} needs a bounded Box action space, got {action_space}; for discrete actions use dqn"
         )
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise EnvError(f"{agent} needs finite action bounds, got {action_space}")
-    return int(np.prod(observation_space.shape)), int(np.prod(action_space.shape))
+    return int(np.prod(action_space.shape))
 
 
 class ActionScale(nn.Module):
@@ -65,31 +64,6 @@ class ActionScale(nn.Module):
 
     def to_unit(self, env_actions: torch.Tensor) -> torch.Tensor:
         return ((env_actions.flatten(1).to(torch.float32) - self.center) / self.half_range).clamp(-1.0, 1.0)
-
-
-class TwinCritic(nn.Module):
-    """`copies` independent MLP critics Q(s, a) computed together with batched matmuls."""
-
-    def __init__(self, inputs: int, hidden: int, layers: int, copies: int = 2) -> None:
-        super().__init__()
-        sizes = [inputs] + [hidden] * (layers - 1) + [1]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
-            bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's default initialisation
-            self.weights.append(nn.Parameter(torch.empty(copies, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(copies, 1, fan_out).uniform_(-bound, bound)))
-        self.copies = copies
-
-    def forward(self, observations: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
-        """Q-values of shape (copies, batch)."""
-        hidden = torch.cat((observations, unit_actions), dim=1).unsqueeze(0).expand(self.copies, -1, -1)
-        last = len(self.weights) - 1
-        for index, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            hidden = torch.baddbmm(bias, hidden, weight)
-            if index < last:
-                hidden = hidden.relu()
-        return hidden.squeeze(-1)
 
 
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:

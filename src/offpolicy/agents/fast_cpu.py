@@ -1,0 +1,192 @@
+"""DQN's fast path on the CPU: the same acting and the same update as `dqn.py`, computed by NumPy.
+
+For the small networks of classic control, an update's cost is per-operation
+overhead, not arithmetic. Autograd's graph and engine roughly double the cost of
+the dozen matrix operations the gradient really needs, and each torch call
+costs several microseconds of dispatch where NumPy's costs one or two. So for a
+Q-network that is a flattening encoder and a plain Linear/ReLU MLP, this module
+runs the forward pass and a hand-derived backward pass with NumPy, on views of
+the network's own parameters (the optimiser, torch's, and the forward here see
+the same memory): about 2-3 times as fast as autograd for a 64-wide network.
+
+`make_learner` picks `FastDQNLearner` wherever it applies (`covers`); it trains
+with autograd on other devices. Tests check that both paths give the same
+actions, losses and parameters.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from offpolicy.agents.dqn import DQNLearner, DQNPolicy
+from offpolicy.agents.networks import EncodedMLP, FlattenEncoder, make_encoder
+from offpolicy.buffer import TransitionBatch
+from offpolicy.policy import TrainOutput
+
+
+def supports(network: nn.Module) -> bool:
+    """True for a flattening encoder followed by Linear, ReLU, Linear, ..., Linear."""
+    if not isinstance(network, EncodedMLP) or not isinstance(network.encoder, FlattenEncoder):
+        return False
+    head = network.head
+    return len(head) % 2 == 1 and all(
+        isinstance(layer, nn.Linear if index % 2 == 0 else nn.ReLU) for index, layer in enumerate(head)
+    )
+
+
+def flat_rows(values: np.ndarray) -> np.ndarray:
+    """A batch as a float32 matrix, one flattened row per item (what `FlattenEncoder` computes), without
+    copying where possible."""
+    return values.reshape(len(values), -1).astype(np.float32, copy=False)
+
+
+def scalar_tensor(value: np.floating) -> torch.Tensor:
+    """A NumPy scalar as a 0-d float32 tensor (a third of `torch.tensor`'s cost)."""
+    return torch.from_numpy(np.asarray(value, dtype=np.float32))
+
+
+class FastMLP:
+    """NumPy views of a CPU MLP's parameters, with a forward and a hand-derived backward (no autograd)."""
+
+    def __init__(self, network: EncodedMLP) -> None:
+        if not supports(network):
+            raise ValueError("FastMLP covers a flattening encoder and a Linear/ReLU MLP only")
+        # The Parameter objects themselves (their values change in place or through `.data`), looked up
+        # once: nn.Module attribute access costs about a microsecond per call.
+        self.layers = [(layer.weight, layer.bias) for layer in network.head if isinstance(layer, nn.Linear)]
+        self._tensors = [tensor for layer in self.layers for tensor in layer]
+        self._views_key: list[int] = []
+        self._views: list[tuple[np.ndarray, np.ndarray]] = []
+        self._gradient: np.ndarray | None = None
+        self._gradient_views: list[np.ndarray] = []
+        self.grads: list[torch.Tensor] = []
+        """Torch views of `backward`'s result, one per parameter in `network.parameters()` order: what the
+        optimiser reads as `.grad`."""
+
+    def predict(self, inputs: np.ndarray) -> np.ndarray:
+        """The output alone (for acting: about half of torch's time for a few rows through a small MLP)."""
+        return self.forward(inputs)[0]
+
+    def forward(self, inputs: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The output, and the input of every linear layer (what `backward` needs)."""
+        layers = self._parameter_views()
+        layer_inputs = [inputs]
+        hidden = inputs
+        last = len(layers) - 1
+        for index, (weight_t, bias) in enumerate(layers):
+            hidden = hidden @ weight_t
+            hidden += bias
+            if index < last:
+                np.maximum(hidden, 0.0, out=hidden)
+                layer_inputs.append(hidden)
+        return hidden, layer_inputs
+
+    def backward(self, output_grad: np.ndarray, layer_inputs: list[np.ndarray]) -> np.ndarray:
+        """The gradient of every parameter, as one flat array that `grads` views (overwritten by the next
+        call): its norm is then one call, and nothing is allocated per parameter. Call it after the
+        `forward` that made `layer_inputs`: that call refreshed the parameter views this one reads."""
+        gradient, views = self._gradient_storage()
+        layers = self._views
+        grad = output_grad
+        for index in range(len(layers) - 1, -1, -1):
+            layer_input = layer_inputs[index]
+            np.matmul(grad.T, layer_input, out=views[2 * index])
+            np.add.reduce(grad, axis=0, out=views[2 * index + 1])
+            if index:  # through the ReLU: its input was positive where its output is
+                grad = grad @ layers[index][0].T
+                grad *= layer_input > 0
+        return gradient
+
+    def _parameter_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(weight transposed, bias) per layer. In-place updates show through these views; they are made
+        again when a tensor's storage changes (`ParameterHandover.adopt` swaps `.data`)."""
+        key = [tensor.data_ptr() for tensor in self._tensors]
+        if key != self._views_key:
+            self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
+            self._views_key = key
+        return self._views
+
+    def _gradient_storage(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        if self._gradient is None:
+            parameters = self._tensors
+            flat = torch.zeros(sum(p.numel() for p in parameters), dtype=parameters[0].dtype)
+            self.grads = [view.view_as(p) for view, p in zip(flat.split([p.numel() for p in parameters]), parameters)]
+            self._gradient = flat.numpy()
+            self._gradient_views = [grad.numpy() for grad in self.grads]
+        return self._gradient, self._gradient_views
+
+
+class NumpyDQNPolicy(DQNPolicy):
+    """`DQNPolicy` acting through NumPy on the CPU: what `act` chooses, without torch's per-call cost."""
+
+    def __init__(self, q_network: EncodedMLP, exploration) -> None:
+        super().__init__(q_network, exploration)
+        self._numpy = FastMLP(q_network)
+
+    def act_arrays(self, observations: np.ndarray, deterministic: bool) -> tuple[np.ndarray, dict[str, float]]:
+        if self.device.type != "cpu":
+            return super().act_arrays(observations, deterministic)
+        greedy = self._numpy.predict(flat_rows(observations)).argmax(1)
+        if deterministic:
+            return greedy, {}
+        actions, epsilon = self.exploration.choose(greedy)
+        return actions, {"exploration_rate": epsilon}
+
+
+class FastDQNLearner(DQNLearner):
+    """`DQNLearner` whose update, on the CPU, is computed by NumPy with the gradient written out by hand."""
+
+    policy_class = NumpyDQNPolicy
+
+    @staticmethod
+    def covers(observation_space: gym.Space) -> bool:
+        """Whether DQN's networks for this observation space are ones this fast path computes."""
+        try:
+            return isinstance(make_encoder(observation_space, "DQN"), FlattenEncoder)
+        except ValueError:
+            return False
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._online = FastMLP(self.q_network)
+        self._target = FastMLP(self.target_network)
+        self._target_parameters = list(self.target_network.parameters())
+        self._grad_scale = torch.ones(())
+
+    def train(self, batch: TransitionBatch) -> TrainOutput:
+        """`DQNLearner.train`, step for step."""
+        if self.device.type != "cpu":
+            return super().train(batch)
+        c = self.config
+        rewards, terminated, actions = batch.rewards.numpy(), batch.terminated.numpy(), batch.actions.numpy()
+        weights = batch.weights.numpy()
+        size, rows = len(rewards), np.arange(len(rewards))
+        observations = flat_rows(batch.observations.numpy())
+        next_observations = flat_rows(batch.next_observations.numpy())
+        # One online pass over both halves: Q(s, .) for the loss, Q(s', .) for the double-DQN argmax.
+        q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
+        next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
+        target = rewards + c.gamma * (1.0 - terminated) * next_q
+        q_values = q_both[rows, actions]
+        error = q_values - target
+        clipped = np.minimum(np.maximum(error, -1.0), 1.0)  # the Huber loss's gradient
+        weighted = weights * clipped
+        loss = np.dot(weighted, error - 0.5 * clipped) / size  # the Huber loss: clipped * (error - clipped / 2)
+
+        q_grad = np.zeros((size, q_both.shape[1]), np.float32)
+        q_grad[rows, actions] = weighted / size
+        gradient = self._online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
+        # clip_grad_norm_'s rescaling, done by Adam's kernel: gradients divided by max(1, norm / max_norm)
+        norm = float(np.sqrt(np.dot(gradient, gradient)))
+        self._grad_scale.fill_(max(1.0, (norm + 1e-6) / c.max_grad_norm))
+        for parameter, grad in zip(self.parameters, self._online.grads):
+            parameter.grad = grad
+        self.optimizer.step(self._grad_scale)
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_parameters, self.parameters, c.tau)
+        self.updates += 1
+        metrics = {"loss": scalar_tensor(loss), "q_values": scalar_tensor(np.add.reduce(q_values) / size)}
+        return TrainOutput(metrics, torch.from_numpy(np.abs(error)))
