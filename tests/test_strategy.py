@@ -4,11 +4,15 @@ import functools
 
 import pytest
 
+import torch
+
 from helpers import CountingEnv, StubLearner
 from offpolicy.checkpoint import Checkpointer
 from offpolicy.config import OffPolicyConfig
-from offpolicy.events import EvaluationEnded, EventProcessor, StepsCollected, TrainStep
+from offpolicy.events import EvaluationEnded, EventProcessor, StepsCollected, TrainingPhaseEnded, TrainStep
 from offpolicy.interrupt import Interrupter
+from offpolicy.policy import TrainOutput
+from offpolicy.progress import RunProgress
 from offpolicy.strategy import OffPolicyStrategy, TrainingComponents
 
 
@@ -33,18 +37,20 @@ class SavingCounter(Checkpointer):
         return super().checkpoint(policy, learner, step, eval_return, parts)
 
 
-def run(tmp_path, total, start=0, backend="inprocess", interrupter=None, **strategy):
+def run(tmp_path, total, start=0, backend="inprocess", interrupter=None, learner=None, **strategy):
     config = OffPolicyConfig(**strategy, backend=backend)
-    learner = StubLearner()
+    learner = learner or StubLearner()
     recorder = Recorder()
     interrupter = interrupter or Interrupter()
     checkpointer = SavingCounter(tmp_path / "checkpoints")
+    progress = RunProgress()
     components = TrainingComponents(
         num_steps=total,
-        events=EventProcessor([recorder], interrupter),
+        events=EventProcessor([recorder], interrupter, progress),
         interrupter=interrupter,
         checkpointer=checkpointer,
         inference_device="cpu",
+        progress=progress,
     )
     policy = OffPolicyStrategy(config).train_loop(components, learner, start, functools.partial(CountingEnv, 7))
     return learner, recorder, checkpointer, policy
@@ -87,6 +93,33 @@ def test_counts(tmp_path, case, backend):
     assert [len(e.steps) for e in recorder.of(StepsCollected)] == chunks
     assert recorder.of(StepsCollected)[-1].step == total
     assert set(learner.batch_sizes) <= {strategy["train_batch_size"]}
+    phases = recorder.of(TrainingPhaseEnded)
+    assert sum(phase.updates for phase in phases) == train_steps
+    assert all(phase.updates == strategy["train_steps"] for phase in phases)
+
+
+class EveryOtherLearner(StubLearner):
+    """Reports `loss` = its update count on every update, `actor_loss` = 10 x it on even ones (as TD3's
+    delayed actor updates do)."""
+
+    def train(self, batch):
+        super().train(batch)
+        metrics = {"loss": torch.tensor(float(self.train_calls))}
+        if self.train_calls % 2 == 0:
+            metrics["actor_loss"] = torch.tensor(10.0 * self.train_calls)
+        return TrainOutput(metrics)
+
+
+def test_each_phase_reports_each_metric_averaged_over_the_updates_that_computed_it(tmp_path):
+    learner, recorder, _, _ = run(tmp_path, 24, learner=EveryOtherLearner(), num_envs=1, autobatch_size=1,
+                                  train_interval=8, train_steps=3, train_batch_size=8, eval_interval=1000)
+    phases = recorder.of(TrainingPhaseEnded)
+    assert [phase.step for phase in phases] == [8, 16, 24]
+    assert [phase.metrics for phase in phases] == [
+        {"loss": 2.0, "actor_loss": 20.0},  # updates 1, 2, 3; actor_loss from update 2 alone
+        {"loss": 5.0, "actor_loss": 50.0},  # updates 4, 5, 6: actor_loss from 4 and 6
+        {"loss": 8.0, "actor_loss": 80.0},  # updates 7, 8, 9: from 8 alone
+    ]
 
 
 def test_acting_policy_gets_previous_phase_parameters(tmp_path):

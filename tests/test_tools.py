@@ -124,7 +124,7 @@ def test_progress_display_per_output(monkeypatch, mode):
     import io
 
     import offpolicy.training
-    from offpolicy.events import ProgressDisplay
+    from offpolicy.display import ProgressDisplay
 
     stream = io.StringIO()
     monkeypatch.setattr(offpolicy.training, "ProgressDisplay",
@@ -143,7 +143,7 @@ def test_progress_display_per_output(monkeypatch, mode):
 
 
 def test_sparkline_spans_lowest_to_highest():
-    from offpolicy.events import sparkline
+    from offpolicy.display import sparkline
 
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert sparkline([5, 5, 5]) == "▅▅▅" and sparkline([]) == ""

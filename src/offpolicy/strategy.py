@@ -29,7 +29,7 @@ import copy
 import logging
 import math
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,10 +45,12 @@ from offpolicy.events import (
     EvaluationStarted,
     EventProcessor,
     StepsCollected,
+    TrainingPhaseEnded,
     TrainStep,
 )
 from offpolicy.interrupt import Interrupter
-from offpolicy.policy import Policy, PolicyLearner
+from offpolicy.policy import Policy, PolicyLearner, TrainMetrics
+from offpolicy.progress import RunProgress
 from offpolicy.runners import (
     EnvRunner,
     EnvRunnerError,
@@ -75,6 +77,9 @@ class TrainingComponents:
     interrupter: Interrupter
     checkpointer: Checkpointer | None
     inference_device: torch.device
+    progress: RunProgress = field(default_factory=RunProgress)
+    """The loop's counts: restored from the checkpoint when resuming, advanced by the loop, checkpointed
+    (the same object the event processor's statistics show)."""
     seed: int = 0
     env_timeout: float = 0.0
     """Seconds one env step may take before the run stops (0: no limit)."""
@@ -104,10 +109,24 @@ def push_steps(buffer: ReplayBuffer, steps: StepBatch, first_step: int = 0) -> N
     buffer.push(steps)
 
 
-def check_finite(output: dict[str, torch.Tensor], step: int, updates: int) -> None:
-    """Stop a diverged run at the end of the phase where it diverged (one device sync per phase)."""
-    if not math.isfinite(float(torch.stack(list(output.values())).sum())):  # NaN and inf survive a sum
-        shown = ", ".join(f"{name} {float(value):g}" for name, value in output.items())
+def phase_means(outputs: list[TrainMetrics]) -> dict[str, float]:
+    """Each metric's mean over the updates that reported it (TD3 reports `actor_loss` on delayed updates
+    only), read with one device sync."""
+    names = [name for output in outputs for name in output]
+    values = torch.stack([value for output in outputs for value in output.values()]).float().tolist()
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, value in zip(names, values):
+        sums[name] = sums.get(name, 0.0) + value
+        counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def check_finite(means: dict[str, float], step: int, updates: int) -> None:
+    """Stop a diverged run at the end of the phase where it diverged: a NaN or infinite output of any
+    update makes its phase mean NaN or infinite."""
+    if not all(math.isfinite(value) for value in means.values()):
+        shown = ", ".join(f"{name} {value:g}" for name, value in means.items())
         raise NonFiniteStateError(
             f"training diverged at step {step:,} after {updates:,} updates ({shown}); the last good "
             "checkpoint is kept. Lower the learning rate or scale the rewards, then start again"
@@ -131,17 +150,19 @@ class OffPolicyStrategy:
         events = components.events
         interrupter = components.interrupter
         checkpointer = components.checkpointer
+        progress = components.progress
         total = components.num_steps
 
         acting_policy = copy.deepcopy(learner.policy()).to(components.inference_device)
         acting_policy.set_env_steps(starting_step)
         buffer = make_replay_buffer(config, learner.device, components.seed)
+        progress.step = starting_step
         if checkpointer is not None and starting_step:
-            restore_progress(checkpointer, starting_step, acting_policy, buffer, events)
+            restore_progress(checkpointer, starting_step, acting_policy, buffer, progress)
 
         def save(step: int, eval_return: float | None) -> None:
             assert checkpointer is not None
-            parts = {"progress": progress_state(acting_policy, buffer, events)}
+            parts = {"progress": progress_state(acting_policy, buffer, progress)}
             if components.save_buffer:
                 parts["buffer"] = buffer.state_dict()
             checkpointer.checkpoint(learner.policy(), learner, step, eval_return, parts)
@@ -151,7 +172,7 @@ class OffPolicyStrategy:
             cleanup.callback(watchdog.close)
 
             def training_seeds(step: int) -> list[int]:
-                restarts = events.stats.env_restarts
+                restarts = progress.env_restarts
                 return derive_seeds(components.seed, config.num_envs, TRAINING_ENVS, step, restarts)
 
             def training_envs(step: int) -> EnvRunner:
@@ -199,25 +220,32 @@ class OffPolicyStrategy:
                     if components.on_env_error != "restart" or failures_in_a_row > MAX_FAILURES_IN_A_ROW:
                         raise
                     failed_envs = error.env_ids
-                    events.process_train(EnvsRestarted(step, events.stats.env_restarts + 1, str(error)))
+                    progress.env_restarts += 1
+                    events.process(EnvsRestarted(step, progress.env_restarts, str(error)))
                     continue
                 failures_in_a_row = 0
-                step += len(steps)
-                events.process_train(StepsCollected(step, steps))
+                step = progress.step = step + len(steps)
+                progress.episodes += int(np.count_nonzero(steps.done))
+                events.process(StepsCollected(step, steps))
 
                 if len(buffer) >= config.train_batch_size and step >= config.warmup_steps:
                     if intermediary_update is not None:
                         env_runner.update_policy(intermediary_update)
+                    phase: list[TrainMetrics] = []
                     for batch in buffer.sample_batches(config.train_batch_size, config.train_steps):
                         output = learner.train(batch)
                         if output.td_errors is not None:
                             buffer.update_priorities(batch.indices, output.td_errors)
-                        events.process_train(TrainStep(step, output.metrics))
-                    check_finite(output.metrics, step, events.stats.train_steps)
+                        progress.train_steps += 1
+                        phase.append(output.metrics)
+                        events.process(TrainStep(step, output.metrics))
+                    means = phase_means(phase)
+                    check_finite(means, step, progress.train_steps)
+                    events.process(TrainingPhaseEnded(step, len(phase), means))
                     intermediary_update = learner.policy().state()
 
                 if previous_step < next_eval <= step:
-                    events.process_valid(EvaluationStarted(step, config.eval_episodes))
+                    events.process(EvaluationStarted(step, config.eval_episodes))
                     eval_runner.update_policy(learner.policy().state())
                     episodes = eval_runner.run_episodes(config.eval_episodes)
                     evaluation = EvaluationEnded(
@@ -225,7 +253,8 @@ class OffPolicyStrategy:
                         returns=[float(episode.episode_returns[-1]) for episode in episodes],
                         lengths=[int(episode.episode_lengths[-1]) for episode in episodes],
                     )
-                    events.process_valid(evaluation)
+                    progress.record_evaluation(step, evaluation.mean_return)
+                    events.process(evaluation)
                     if checkpointer is not None:
                         save(step, evaluation.mean_return)
                     next_eval += config.eval_interval
@@ -237,29 +266,29 @@ class OffPolicyStrategy:
         return learner.policy()
 
 
-def progress_state(acting_policy: Policy, buffer: ReplayBuffer, events: EventProcessor) -> dict[str, Any]:
+def progress_state(acting_policy: Policy, buffer: ReplayBuffer, progress: RunProgress) -> dict[str, Any]:
     """What a checkpoint keeps besides the learner: random states and the run's counters."""
     return {
         "exploration": acting_policy.exploration_state(),
         "buffer_sampling": buffer.sampling_state(),
         "torch_rng": torch.get_rng_state(),
-        "counters": events.stats.counters(),
+        "counters": progress.counters(),
     }
 
 
 def restore_progress(
-    checkpointer: Checkpointer, step: int, acting_policy: Policy, buffer: ReplayBuffer, events: EventProcessor
+    checkpointer: Checkpointer, step: int, acting_policy: Policy, buffer: ReplayBuffer, progress: RunProgress
 ) -> None:
     """Continue random states and counters from the checkpoint at `step`, and its buffer if it has one.
 
     Checkpoints written before these parts existed resume with fresh ones.
     """
-    progress = checkpointer.load_part(step, "progress")
-    if progress is not None:
-        acting_policy.load_exploration_state(progress["exploration"])
-        buffer.load_sampling_state(progress["buffer_sampling"])
-        torch.set_rng_state(progress["torch_rng"])
-        events.stats.restore_counters(progress["counters"])
+    saved = checkpointer.load_part(step, "progress")
+    if saved is not None:
+        acting_policy.load_exploration_state(saved["exploration"])
+        buffer.load_sampling_state(saved["buffer_sampling"])
+        torch.set_rng_state(saved["torch_rng"])
+        progress.restore_counters(saved["counters"])
     saved_buffer = checkpointer.load_part(step, "buffer")
     if saved_buffer is not None:
         buffer.load_state_dict(saved_buffer)

@@ -21,21 +21,12 @@ from offpolicy.agents import make_learner
 from offpolicy.checkpoint import CheckpointError, Checkpointer
 from offpolicy.config import ConfigError, RunConfig
 from offpolicy.envs import EnvSpec, make_env_factory, probe_spaces
-from offpolicy.events import (
-    CallbackSink,
-    Event,
-    EventProcessor,
-    EventSink,
-    MetricsLog,
-    ProgressDisplay,
-    RunStats,
-    TensorBoardLog,
-    TrainingEnded,
-    tensorboard_writer_class,
-    TrainingStarted,
-)
+from offpolicy.display import ProgressDisplay
+from offpolicy.events import Event, EventProcessor, EventSink, RunStats, TrainingEnded, TrainingStarted
 from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
+from offpolicy.progress import RunProgress
+from offpolicy.sinks import CallbackSink, MetricsLog, TensorBoardLog, tensorboard_writer_class
 from offpolicy.runners.ray_actors import RayFleet, import_ray
 from offpolicy.strategy import OffPolicyStrategy, TrainingComponents
 
@@ -188,9 +179,11 @@ def train(
     sinks.extend(CallbackSink(callback) for callback in callbacks)
 
     interrupter = interrupter or Interrupter()
-    events = EventProcessor(sinks, interrupter)
+    progress = RunProgress(step=starting_step)
+    events = EventProcessor(sinks, interrupter, progress)
     components = TrainingComponents(
         num_steps=config.num_steps,
+        progress=progress,
         events=events,
         interrupter=interrupter,
         checkpointer=checkpointer,
@@ -203,15 +196,15 @@ def train(
                            steps_per_env=max(1, config.strategy.train_interval // config.strategy.num_envs)),
     )
     strategy = OffPolicyStrategy(config.strategy)
-    events.process_train(TrainingStarted(starting_step, config.num_steps))
+    events.process(TrainingStarted(starting_step, config.num_steps))
     try:
         # NumPy's BLAS (the DQN fast path, acting) gets the trainer's thread budget too: OpenBLAS would
         # otherwise run a 256-row product on every core, against the envs, for no gain (measured).
         with stop_on_signals(interrupter), denormals_flushed(), threadpool_limits(config.torch_threads, "blas"):
             policy = strategy.train_loop(components, learner, starting_step, factory)
     finally:
-        stopped = interrupter.reason if events.stats.step < config.num_steps else None
-        events.process_train(TrainingEnded(events.stats.step, stopped))
+        stopped = interrupter.reason if progress.step < config.num_steps else None
+        events.process(TrainingEnded(progress.step, stopped))
     return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error, config)
 
 
