@@ -42,18 +42,24 @@ def evaluate(env_id: str, act, episodes: int = 10) -> float:
     return sum(returns) / len(returns)
 
 
-def profile_run(config, learner_class, policy_class, title: str) -> None:
+def profile_run(config, title: str) -> None:
     """Where one run of ours spends its time: each part timed around its own calls, the rest is overhead.
 
-    Parts: env steps (`EnvSession.advance`), inference (`policy_class.act`), replay push and sample,
-    optimisation (`learner_class.train`); overhead is the loop, events, step batches and the rest.
+    Parts: env steps (`EnvSession.advance`), inference (the policy's `act_arrays`), replay push and sample,
+    optimisation (the learner's `train`); overhead is the loop, events, step batches and the rest.
     """
     import functools
     import time
 
     import offpolicy
+    from offpolicy.agents import make_learner
     from offpolicy.buffer import TransitionBuffer
-    from offpolicy.runners.core import EnvSession
+    from offpolicy.envs import make_env_factory, probe_spaces
+    from offpolicy.runners.session import EnvSession
+
+    spaces = probe_spaces(make_env_factory(config.env))
+    sample = make_learner(config.agent, *spaces, config.hyperparameters, config.device, config.seed)
+    learner_class, policy_class = type(sample), type(sample.policy())
 
     spent: dict[str, float] = {}
 
@@ -73,7 +79,7 @@ def profile_run(config, learner_class, policy_class, title: str) -> None:
 
     originals = [
         (EnvSession, "advance", timed(EnvSession, "advance", "env steps")),
-        (policy_class, "act", timed(policy_class, "act", "inference")),
+        (policy_class, "act_arrays", timed(policy_class, "act_arrays", "inference")),
         (TransitionBuffer, "push", timed(TransitionBuffer, "push", "replay push")),
         (TransitionBuffer, "sample", timed(TransitionBuffer, "sample", "replay sample")),
         (learner_class, "train", timed(learner_class, "train", "optimisation")),

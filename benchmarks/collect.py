@@ -96,12 +96,12 @@ def measure(step_chunk, chunk: int, seconds: float) -> Window:
 def ours(backend: str, env: str, num_envs: int, autobatch: int, seconds: float) -> Window:
     import torch
 
-    from offpolicy.agents import DQNConfig, DQNLearner
+    from offpolicy.agents import make_learner
     from offpolicy.runners import make_collection_runner
 
     torch.set_num_threads(1)
     probe = FACTORIES[env]()
-    learner = DQNLearner(probe.observation_space, probe.action_space, DQNConfig(hidden=64))
+    learner = make_learner("dqn", probe.observation_space, probe.action_space, {"hidden": 64}, "cpu", 0)
     runner = make_collection_runner(backend, FACTORIES[env], list(range(num_envs)), learner.policy(), autobatch)
     try:
         return measure(lambda: runner.run_steps(num_envs), num_envs, seconds)

@@ -182,11 +182,10 @@ SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3, "reference": run_referenc
 
 def profile_offpolicy(preset_name: str) -> None:
     import offpolicy
-    from offpolicy.agents.dqn import DQNLearner, DQNPolicy
     from offpolicy.presets import preset
 
     config = offpolicy.RunConfig(**preset(preset_name))
-    profile_run(config, DQNLearner, DQNPolicy, f"offpolicy train --preset {preset_name}")
+    profile_run(config, f"offpolicy train --preset {preset_name}")
 
 
 def main() -> None:

@@ -34,21 +34,23 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from collect import FACTORIES, measure  # noqa: E402
 
-from offpolicy.agents import DQNConfig, DQNLearner  # noqa: E402
-from offpolicy.runners import RayFleet, make_collection_runner  # noqa: E402
+from offpolicy.agents import make_learner  # noqa: E402
+from offpolicy.policy import PolicyLearner  # noqa: E402
+from offpolicy.runners import BackendOptions, RayFleet, make_collection_runner  # noqa: E402
 
 MODEL_SIZES = {"4.6k (DQN default)": (64, 3), "70k": (256, 3), "1.1M": (1024, 3), "9M": (3000, 3)}
 
 
-def learner_for(env: str, hidden: int = 64, layers: int = 3) -> DQNLearner:
+def learner_for(env: str, hidden: int = 64, layers: int = 3) -> PolicyLearner:
     probe = FACTORIES[env]()
-    return DQNLearner(probe.observation_space, probe.action_space, DQNConfig(hidden=hidden, layers=layers))
+    return make_learner("dqn", probe.observation_space, probe.action_space, {"hidden": hidden, "layers": layers},
+                        "cpu", 0)
 
 
 def collection_rate(backend: str, num_envs: int, seconds: float, actors: int = 0, steps_per_env: int = 1) -> float:
     fleet = RayFleet(actors=actors, steps_per_env=steps_per_env)
     runner = make_collection_runner(backend, FACTORIES["heavy"], list(range(num_envs)), learner_for("heavy").policy(),
-                                    max(1, num_envs // 2), ray_fleet=fleet)
+                                    max(1, num_envs // 2), BackendOptions(ray=fleet))
     try:
         return measure(lambda: runner.run_steps(num_envs), num_envs, seconds)
     finally:

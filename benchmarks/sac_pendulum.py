@@ -163,15 +163,13 @@ def main() -> None:
                 print(f"offpolicy / {name}: {walls['offpolicy'] / walls[name]:.2f}  (target {target})")
     if args.profile:
         import offpolicy
-        from offpolicy.agents.sac import SACLearner, SACPolicy
         from offpolicy.presets import preset
 
         values = preset("sac-pendulum")
         values.update(num_steps=NUM_STEPS // 4, torch_threads=args.threads)  # a quarter: the shares, not the total
         values["hyperparameters"] = {"lr": 3e-4}
         values["strategy"]["eval_interval"] = NUM_STEPS * 10
-        profile_run(offpolicy.RunConfig(**values), SACLearner, SACPolicy,
-                    f"offpolicy train sac Pendulum-v1, first {NUM_STEPS // 4:,} steps")
+        profile_run(offpolicy.RunConfig(**values), f"offpolicy train sac Pendulum-v1, first {NUM_STEPS // 4:,} steps")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 import numpy as np
 
 from helpers import StubPolicy
-from offpolicy.inference import InferenceServer
+from offpolicy.runners.inference import InferenceServer
 
 
 def make_server(autobatch: int, active: int):

@@ -216,3 +216,15 @@ def test_each_env_gets_the_same_transitions_as_in_process():
         np.testing.assert_array_equal(mine.context["version"], theirs.context["version"])
         ends += int(mine.done.sum())
     assert ends >= 5  # episodes ended and restarted within the comparison
+
+
+def test_what_a_worker_process_imports_loads_no_torch():
+    """Spawned workers import the worker module (and the env factory's): no torch, so they start in a
+    fraction of a second."""
+    import subprocess
+    import sys
+
+    code = ("import sys, offpolicy.runners.worker; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from helpers import CountingEnv, StubPolicy  # noqa: E402
 from offpolicy.config import ConfigError  # noqa: E402
 from offpolicy.events import StepsCollected  # noqa: E402
-from offpolicy.runners import EnvRunnerError, RayFleet, make_collection_runner  # noqa: E402
+from offpolicy.runners import BackendOptions, EnvRunnerError, RayFleet, make_collection_runner  # noqa: E402
 from test_strategy import CASES, run  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -61,7 +61,7 @@ def test_actors_do_not_explore_in_lockstep():
     always_random = DQNConfig(exploration_start=1.0, exploration_end=1.0)
     policy = DQNLearner(gym.spaces.Box(-1e6, 1e6, (2,)), gym.spaces.Discrete(2), always_random).policy()
     runner = make_collection_runner("ray", functools.partial(CountingEnv, 1000), [0, 1], policy, 1,
-                                    ray_fleet=RayFleet(actors=2, steps_per_env=25))
+                                    BackendOptions(ray=RayFleet(actors=2, steps_per_env=25)))
     actions: dict[int, list[int]] = {0: [], 1: []}
     try:
         while min(len(taken) for taken in actions.values()) < 50:
@@ -75,7 +75,7 @@ def test_actors_do_not_explore_in_lockstep():
 
 def test_a_dead_actor_is_named():
     runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), [0, 1, 2, 3], StubPolicy(), 2,
-                                    ray_fleet=RayFleet(actors=2))
+                                    BackendOptions(ray=RayFleet(actors=2)))
     try:
         runner.run_steps(8)
         ray.kill(runner.actors[1])
@@ -88,7 +88,7 @@ def test_a_dead_actor_is_named():
 
 def test_a_failed_actor_is_replaced_while_the_others_keep_stepping():
     runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), [0, 1, 2, 3], StubPolicy(), 2,
-                                    ray_fleet=RayFleet(envs_per_actor=2))
+                                    BackendOptions(ray=RayFleet(envs_per_actor=2)))
     try:
         runner.run_steps(8)
         survivor = runner.actors[0]
@@ -110,7 +110,7 @@ def test_envs_per_actor_sizes_the_fleet(tmp_path):
     assert RayFleet(actors=2).plan(5, cpus=16) == [[0, 1, 2], [3, 4]]
     assert RayFleet().plan(3, cpus=16) == [[0], [1], [2]]  # one per CPU, at most one per env
     runner = make_collection_runner("ray", functools.partial(CountingEnv, 5), list(range(6)), StubPolicy(), 3,
-                                    ray_fleet=RayFleet(envs_per_actor=3))
+                                    BackendOptions(ray=RayFleet(envs_per_actor=3)))
     try:
         assert runner.actor_envs == [[0, 1, 2], [3, 4, 5]]
         assert sorted(set(runner.run_steps(60).env_ids.tolist())) == list(range(6))

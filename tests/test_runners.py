@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import CountingEnv, StubPolicy, observation_ids
-from offpolicy.inference import InferenceServer
+from offpolicy.runners.inference import InferenceServer
 from offpolicy.runners import (
     AsyncEnvRunner,
     InProcessMultiEnvRunner,

@@ -51,15 +51,12 @@ from offpolicy.events import (
 from offpolicy.interrupt import Interrupter
 from offpolicy.policy import Policy, PolicyLearner, TrainMetrics
 from offpolicy.progress import RunProgress
-from offpolicy.runners import (
-    EnvRunner,
-    EnvRunnerError,
-    HangWatchdog,
-    RayFleet,
-    StepBatch,
-    make_collection_runner,
-    make_evaluation_runner,
-)
+from offpolicy.runners import make_collection_runner, make_evaluation_runner
+from offpolicy.runners.core import EnvRunner
+from offpolicy.runners.options import BackendOptions
+from offpolicy.runners.session import EnvRunnerError
+from offpolicy.runners.watchdog import HangWatchdog
+from offpolicy.steps import StepBatch
 
 log = logging.getLogger("offpolicy")
 
@@ -81,14 +78,12 @@ class TrainingComponents:
     """The loop's counts: restored from the checkpoint when resuming, advanced by the loop, checkpointed
     (the same object the event processor's statistics show)."""
     seed: int = 0
-    env_timeout: float = 0.0
-    """Seconds one env step may take before the run stops (0: no limit)."""
+    backend_options: BackendOptions = field(default_factory=BackendOptions)
+    """The env timeout and the Ray fleet."""
     save_buffer: bool = False
     """Also store the replay buffer's contents in each checkpoint."""
     on_env_error: str = "stop"
     """'restart' recreates the training envs after a failure instead of stopping the run."""
-    ray_fleet: RayFleet = RayFleet()
-    """With backend 'ray': actors, envs per actor, cluster address."""
 
 
 def push_steps(buffer: ReplayBuffer, steps: StepBatch, first_step: int = 0) -> None:
@@ -168,7 +163,8 @@ class OffPolicyStrategy:
             checkpointer.checkpoint(learner.policy(), learner, step, eval_return, parts)
 
         with ExitStack() as cleanup:
-            watchdog = HangWatchdog(components.env_timeout)
+            options = components.backend_options
+            watchdog = HangWatchdog(options.env_timeout)
             cleanup.callback(watchdog.close)
 
             def training_seeds(step: int) -> list[int]:
@@ -178,7 +174,7 @@ class OffPolicyStrategy:
             def training_envs(step: int) -> EnvRunner:
                 return make_collection_runner(
                     config.backend, env_factory, training_seeds(step), acting_policy, config.autobatch_size,
-                    watchdog, components.ray_fleet,
+                    options, watchdog,
                 )
 
             env_runner: EnvRunner | None = None  # made in the loop, so that failing to start is a failure too
@@ -189,6 +185,7 @@ class OffPolicyStrategy:
                     env_factory,
                     derive_seeds(components.seed, 1, EVALUATION_ENV, starting_step)[0],
                     copy.deepcopy(learner.policy()).to(components.inference_device),
+                    options,
                     watchdog,
                 )
             )

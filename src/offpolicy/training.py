@@ -27,7 +27,8 @@ from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
 from offpolicy.progress import RunProgress
 from offpolicy.sinks import CallbackSink, MetricsLog, TensorBoardLog, tensorboard_writer_class
-from offpolicy.runners.ray_actors import RayFleet, import_ray
+from offpolicy.runners.options import BackendOptions
+from offpolicy.runners.ray_actors import import_ray
 from offpolicy.strategy import OffPolicyStrategy, TrainingComponents
 
 CONFIG_FILE = "config.json"
@@ -189,11 +190,9 @@ def train(
         checkpointer=checkpointer,
         inference_device=inference_device,
         seed=config.seed,
-        env_timeout=config.env_timeout,
+        backend_options=BackendOptions.from_run_config(config),
         save_buffer=config.save_buffer,
         on_env_error=config.on_env_error,
-        ray_fleet=RayFleet(config.ray_actors, config.envs_per_actor, config.ray_address,
-                           steps_per_env=max(1, config.strategy.train_interval // config.strategy.num_envs)),
     )
     strategy = OffPolicyStrategy(config.strategy)
     events.process(TrainingStarted(starting_step, config.num_steps))

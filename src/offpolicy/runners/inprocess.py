@@ -12,11 +12,11 @@ from collections import deque
 import numpy as np
 
 from offpolicy.envs import EnvFactory
-from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import (
-    EnvRunner, EnvSession, StepBatch, TimeStep, collect_episodes, pop_steps, whole_episodes,
-)
+from offpolicy.policy import Policy
+from offpolicy.runners.core import EnvRunner, pop_steps
+from offpolicy.runners.session import EnvSession, collect_episodes
 from offpolicy.runners.watchdog import HangWatchdog
+from offpolicy.steps import StepBatch, TimeStep
 
 
 class SingleEnvRunner(EnvRunner):
@@ -31,8 +31,7 @@ class SingleEnvRunner(EnvRunner):
         watchdog: HangWatchdog | None = None,
     ) -> None:
         """A `watchdog` interrupts an env call that hangs (see `runners.watchdog`)."""
-        self.policy = policy
-        self.device = policy.device
+        super().__init__(policy)
         self.deterministic = deterministic
         self.session = EnvSession(factory, 0, seed)
         self.watchdog = watchdog
@@ -50,12 +49,6 @@ class SingleEnvRunner(EnvRunner):
         if self.session.episode_length:
             self.session.restart()
         return collect_episodes(self._step, count)
-
-    def update_policy(self, state: PolicyState) -> None:
-        self.policy.update(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.policy.state()
 
     def close(self) -> None:
         if self.watchdog is not None:
@@ -82,8 +75,7 @@ class InProcessMultiEnvRunner(EnvRunner):
         watchdog: HangWatchdog | None = None,
     ) -> None:
         """A `watchdog` interrupts an env call that hangs (see `runners.watchdog`)."""
-        self.policy = policy
-        self.device = policy.device
+        super().__init__(policy)
         self.autobatch_size = autobatch_size
         self.deterministic = deterministic
         self.sessions = [EnvSession(factory, env_id, seed) for env_id, seed in enumerate(seeds)]
@@ -132,15 +124,6 @@ class InProcessMultiEnvRunner(EnvRunner):
             self._owed.extend(chunk.env_ids.tolist())
         self._step_owed()
         return StepBatch.concatenate(chunks)
-
-    def run_episodes(self, count: int) -> list[StepBatch]:
-        return whole_episodes(self, count)
-
-    def update_policy(self, state: PolicyState) -> None:
-        self.policy.update(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.policy.state()
 
     def close(self) -> None:
         if self.watchdog is not None:

@@ -18,7 +18,7 @@ next observation, the running episode's return and length) are in shared
 memory, and semaphores ring when a request or a reply is ready. Workers keep
 the episodes' running totals, so the trainer takes a batch of steps with one
 copy of their records. Where every process has a core of its own, both
-sides poll briefly before they sleep (`_env_worker.SPIN_S`). Workers start
+sides poll briefly before they sleep (`worker.SPIN_S`). Workers start
 with `spawn` and import no torch.
 """
 
@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from offpolicy._env_worker import SLEEP_SLICE_S, SPIN_S, Doorbells, allocate, spin_acquire, work
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, pop_steps, whole_episodes
+from offpolicy.runners.core import EnvRunner, pop_steps
+from offpolicy.runners.session import EnvRunnerError
 from offpolicy.runners.watchdog import EnvTimeoutError
+from offpolicy.runners.worker import SLEEP_SLICE_S, SPIN_S, Doorbells, allocate, spin_acquire, work
+from offpolicy.steps import StepBatch
 
 START_TIMEOUT_S = 120.0
 
@@ -79,8 +81,7 @@ class ProcessMultiEnvRunner(EnvRunner):
 
         Workers run `worker_niceness` below the trainer's priority (`WORKER_NICENESS`; 0 keeps them level).
         """
-        self.policy = policy
-        self.device = policy.device
+        super().__init__(policy)
         self.autobatch_size = autobatch_size
         self.env_timeout = env_timeout
         num_envs = len(seeds)
@@ -302,15 +303,10 @@ class ProcessMultiEnvRunner(EnvRunner):
         self._flush(force=True)
         return self._steps_read()
 
-    def run_episodes(self, count: int) -> list[StepBatch]:
-        return whole_episodes(self, count)
-
     def update_policy(self, state: PolicyState) -> None:
+        """Requests pending now are answered with the old parameters first."""
         self._flush(force=True)
         self.policy.update(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.policy.state()
 
     def close(self) -> None:
         """Ask every worker to leave; one that does not within 2 s (a hung env) is terminated, then killed."""

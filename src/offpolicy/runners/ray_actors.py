@@ -29,7 +29,6 @@ import logging
 import os
 import warnings
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,38 +37,17 @@ import torch
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, EnvRunnerError, StepBatch, pop_steps, whole_episodes
+from offpolicy.runners.core import EnvRunner, pop_steps
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner
+from offpolicy.runners.options import RayFleet
+from offpolicy.runners.session import EnvRunnerError
 from offpolicy.runners.watchdog import EnvTimeoutError
+from offpolicy.steps import StepBatch
 
 START_TIMEOUT_S = 300.0
 CHUNKS_IN_FLIGHT = 2
 """Requests queued per actor: it starts its next chunk while the last one travels back (measured:
 2 actors on the heavy env gave 1.4x the steps/s of one request at a time on this machine)."""
-
-
-@dataclass(frozen=True)
-class RayFleet:
-    """How many actors, how many envs each, on which cluster (`RunConfig.ray_*`, `envs_per_actor`)."""
-
-    actors: int = 0
-    """Env actors; 0: one per envs_per_actor envs if that is set, else one per CPU of the cluster."""
-    envs_per_actor: int = 0
-    """Envs each actor owns; 0: the envs spread evenly over the actors."""
-    address: str = ""
-    """The cluster to join; empty starts a local Ray instance (or uses the one already running)."""
-    steps_per_env: int = 1
-    """Steps of each env in one request to an actor. A request costs a round trip (~4 ms here) and ~1.7 ms
-    of the trainer's CPU, so `train()` makes a chunk each actor's share of a training phase:
-    train_interval / num_envs steps per env."""
-
-    def plan(self, num_envs: int, cpus: float) -> list[list[int]]:
-        """The env ids each actor owns: consecutive slices, every actor busy."""
-        if self.envs_per_actor:
-            size = self.envs_per_actor
-            return [list(range(start, min(start + size, num_envs))) for start in range(0, num_envs, size)]
-        actors = min(self.actors or max(1, int(cpus)), num_envs)
-        return [[int(i) for i in part] for part in np.array_split(np.arange(num_envs), actors)]
 
 
 def import_ray() -> Any:
@@ -126,10 +104,9 @@ class RayMultiEnvRunner(EnvRunner):
         fleet: RayFleet = RayFleet(),
         env_timeout: float = 0.0,
     ) -> None:
+        super().__init__(policy)
         ray = self.ray = import_ray()
         self.factory = factory
-        self.policy = policy
-        self.device = policy.device
         self.autobatch_size = autobatch_size
         self.env_timeout = env_timeout
         self._started_ray = not ray.is_initialized()
@@ -231,18 +208,12 @@ class RayMultiEnvRunner(EnvRunner):
             raise
         return StepBatch.concatenate(chunks)
 
-    def run_episodes(self, count: int) -> list[StepBatch]:
-        return whole_episodes(self, count)
-
     def update_policy(self, state: PolicyState) -> None:
         """Publish once through the object store, as NumPy arrays (5x faster to put than tensors, and read
         without a copy); each actor's next request brings them, after the chunks it has queued."""
         self._parameters = self.ray.put({name: tensor.detach().cpu().numpy() for name, tensor in state.items()})
         self._stale = set(range(len(self.actors)))
         self.policy.update(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.policy.state()
 
     def replace_failed(self, env_ids: Sequence[int], seeds: Sequence[int]) -> bool:
         """Kill the actors owning `env_ids` and start fresh ones (current parameters, new seeds);

@@ -18,18 +18,12 @@ import time
 from typing import Union
 
 from offpolicy.envs import EnvFactory
-from offpolicy.inference import InferenceServer
 from offpolicy.policy import PolicyState
-from offpolicy.runners.core import (
-    EnvRunner,
-    EnvRunnerError,
-    EnvSession,
-    StepBatch,
-    TimeStep,
-    collect_episodes,
-    whole_episodes,
-)
+from offpolicy.runners.core import EnvRunner
+from offpolicy.runners.inference import InferenceServer
+from offpolicy.runners.session import EnvRunnerError, EnvSession, collect_episodes
 from offpolicy.runners.watchdog import EnvTimeoutError, hang_message, hung_session
+from offpolicy.steps import StepBatch, TimeStep
 
 _STOP = object()
 
@@ -80,10 +74,10 @@ class AsyncEnvRunner(EnvRunner):
         output: "queue.SimpleQueue[Output] | None" = None,
         env_timeout: float = 0.0,
     ) -> None:
+        super().__init__(server.policy)
         self.server = server
         self.env_timeout = env_timeout
         self.session: EnvSession | None = None
-        self.device = server.policy.device
         self.env_id = env_id
         self.deterministic = deterministic
         self.output: queue.SimpleQueue[Output] = output if output is not None else queue.SimpleQueue()
@@ -147,10 +141,8 @@ class AsyncEnvRunner(EnvRunner):
         return collect_episodes(step, count)
 
     def update_policy(self, state: PolicyState) -> None:
+        """Through the server: requests pending now are answered with the old parameters first."""
         self.server.update_policy(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.server.policy.state()
 
     def stop(self) -> None:
         """Ask the worker to leave once its current job is done."""
@@ -167,8 +159,8 @@ class MultiEnvRunner(EnvRunner):
 
     def __init__(self, factory: EnvFactory, seeds: list[int], server: InferenceServer, env_timeout: float = 0.0) -> None:
         """`env_timeout` > 0 bounds the wait for a step (seconds); the env still stepping is named."""
+        super().__init__(server.policy)
         self.server = server
-        self.device = server.policy.device
         self.env_timeout = env_timeout
         self._output: queue.SimpleQueue[Output] = queue.SimpleQueue()
         self.runners = [
@@ -186,14 +178,9 @@ class MultiEnvRunner(EnvRunner):
             self.runners[timestep.env_id].request_steps(1)
         return StepBatch.from_timesteps(timesteps)
 
-    def run_episodes(self, count: int) -> list[StepBatch]:
-        return whole_episodes(self, count)
-
     def update_policy(self, state: PolicyState) -> None:
+        """Through the server: requests pending now are answered with the old parameters first."""
         self.server.update_policy(state)
-
-    def policy_state(self) -> PolicyState:
-        return self.server.policy.state()
 
     def close(self) -> None:
         for runner in self.runners:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from offpolicy.runners.core import EnvRunnerError, EnvSession
+from offpolicy.runners.session import EnvRunnerError, EnvSession
 
 
 class EnvTimeoutError(EnvRunnerError):

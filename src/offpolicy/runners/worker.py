@@ -2,6 +2,7 @@
 
 Kept apart from the runner so a spawned worker imports only NumPy and
 Gymnasium, not torch: start-up takes a fraction of a second instead of seconds.
+Envs step through `EnvSession`, as in every other backend.
 Observations, actions, rewards and flags live in shared memory, and so do the
 requests (which envs to step); semaphores say when there is work and when it is
 done. The pipe carries only start-up and error messages.
@@ -19,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from offpolicy.envs import check_observation, describe_env_failure
+from offpolicy.runners.session import EnvRunnerError, EnvSession
 
 
 @dataclass
@@ -159,18 +160,13 @@ def work(
     observations, final_observations = records["observation"], records["next_observation"]
     rewards, terminated_flags, truncated_flags = records["reward"], records["terminated"], records["truncated"]
     episode_returns, episode_lengths = records["episode_return"], records["episode_length"]
-    shape = observations.shape[1:]
-    envs: dict[int, Any] = {}
-    returns, lengths = dict.fromkeys(env_ids, 0.0), dict.fromkeys(env_ids, 0)
-    current, call = (env_ids[0] if env_ids else -1), "reset()"
+    sessions: dict[int, EnvSession] = {}
     try:
         for env_id, seed in zip(env_ids, seeds):
-            current = env_id
-            env = envs[env_id] = factory()
-            env.action_space.seed(seed)
-            observation, _ = env.reset(seed=seed)
-            check_observation(observation, shape, "reset()")
-            observations[env_id] = observation
+            busy[env_id] = True
+            session = sessions[env_id] = EnvSession(factory, env_id, seed)
+            observations[env_id] = session.observation
+            busy[env_id] = False
         connection.send(("ready", env_ids))
         taken = 0
         while _next_request(bells.requests[worker], connection, spin_s):
@@ -180,37 +176,28 @@ def work(
             if count < 0:
                 break
             for env_id in request_ids[slot, :count].tolist():
-                current, call = env_id, "step()"
-                env = envs[env_id]
+                session = sessions[env_id]
                 action = actions[env_id]  # a NumPy scalar, or a copy: the env may keep it, our row changes
                 busy[env_id] = True
-                observation, reward, terminated, truncated, _ = env.step(action.copy() if action.ndim else action[()])
-                env_steps[env_id] += 1
-                check_observation(observation, shape, call)
-                final_observations[env_id] = observation
-                rewards[env_id] = reward
-                terminated_flags[env_id] = terminated
-                truncated_flags[env_id] = truncated
-                episode_returns[env_id] = returns[env_id] = returns[env_id] + float(reward)
-                episode_lengths[env_id] = lengths[env_id] = lengths[env_id] + 1
-                if terminated or truncated:
-                    returns[env_id], lengths[env_id] = 0.0, 0
-                    call = "reset()"
-                    observation, _ = env.reset()
-                    check_observation(observation, shape, call)
+                next_observation, _, reward, terminated, truncated, length, episode_return = session.advance(
+                    action.copy() if action.ndim else action[()])
                 busy[env_id] = False
-                observations[env_id] = observation
+                final_observations[env_id] = next_observation
+                rewards[env_id], terminated_flags[env_id], truncated_flags[env_id] = reward, terminated, truncated
+                episode_returns[env_id], episode_lengths[env_id] = episode_return, length
+                env_steps[env_id] = session.steps
+                observations[env_id] = session.observation
             bells.replies[worker].release()
             bells.any_reply.release()
     except KeyboardInterrupt:
         pass
     except BaseException as error:
         try:
-            message = describe_env_failure(current, call, int(env_steps[current]) if current >= 0 else 0, error)
+            message = str(error) if isinstance(error, EnvRunnerError) else f"environment worker failed: {error!r}"
             connection.send(("error", message, traceback.format_exc()))
             bells.any_reply.release()
         except OSError:
             pass
     finally:
-        for env in envs.values():
-            env.close()
+        for session in sessions.values():
+            session.close()
