@@ -53,13 +53,14 @@ def profile_run(config, title: str) -> None:
 
     import offpolicy
     from offpolicy.agents import make_learner
-    from offpolicy.buffer import TransitionBuffer
+    from offpolicy.buffer import make_replay_buffer
     from offpolicy.envs import make_env_factory, probe_spaces
-    from offpolicy.runners.session import EnvSession
+    from offpolicy.runners.inprocess import EnvSession
 
     spaces = probe_spaces(make_env_factory(config.env))
     sample = make_learner(config.agent, *spaces, config.hyperparameters, config.device, config.seed)
     learner_class, policy_class = type(sample), type(sample.policy())
+    buffer_class = type(make_replay_buffer(config.strategy, config.device, config.seed))
 
     spent: dict[str, float] = {}
 
@@ -80,8 +81,8 @@ def profile_run(config, title: str) -> None:
     originals = [
         (EnvSession, "advance", timed(EnvSession, "advance", "env steps")),
         (policy_class, "act_arrays", timed(policy_class, "act_arrays", "inference")),
-        (TransitionBuffer, "push", timed(TransitionBuffer, "push", "replay push")),
-        (TransitionBuffer, "sample", timed(TransitionBuffer, "sample", "replay sample")),
+        (buffer_class, "push", timed(buffer_class, "push", "replay push")),
+        (buffer_class, "sample", timed(buffer_class, "sample", "replay sample")),
         (learner_class, "train", timed(learner_class, "train", "optimisation")),
     ]
     try:

@@ -30,13 +30,15 @@ import time
 from _common import evaluate as _evaluate
 from _common import profile_run, run_alternating
 
-NUM_STEPS = 40_000
-NUM_ENVS = 8
-BATCH = 128
-LR = 3e-4
-GAMMA = 0.99
-TAU = 0.005
-HIDDEN = 64
+from offpolicy.presets import preset
+
+SEED_EXAMPLE = preset("seed-example")
+NUM_STEPS = SEED_EXAMPLE["num_steps"]
+NUM_ENVS = SEED_EXAMPLE["strategy"]["num_envs"]
+BATCH = SEED_EXAMPLE["strategy"]["train_batch_size"]
+CAPACITY = SEED_EXAMPLE["strategy"]["replay_buffer_size"]
+UPDATES_PER_PHASE = SEED_EXAMPLE["strategy"]["train_steps"]
+LR, GAMMA, TAU, HIDDEN = (SEED_EXAMPLE["hyperparameters"][key] for key in ("lr", "gamma", "tau", "hidden"))
 EVAL_EPISODES = 10
 
 
@@ -45,10 +47,7 @@ def evaluate(act) -> float:
 
 
 def run_offpolicy(seed: int) -> dict:
-    import torch
-
     import offpolicy
-    from offpolicy.presets import preset
 
     values = preset("seed-example")
     values["strategy"]["eval_interval"] = NUM_STEPS * 10  # in-loop evaluation off, as for the others
@@ -56,13 +55,7 @@ def run_offpolicy(seed: int) -> dict:
     start = time.perf_counter()
     result = offpolicy.train(config, save=False, quiet=True)
     wall = time.perf_counter() - start
-    policy = result.policy
-
-    def act(obs):
-        with torch.no_grad():
-            return policy.act(torch.as_tensor(obs[None]), deterministic=True).actions[0]
-
-    return {"wall": wall, "updates": result.stats.train_steps, "final_return": evaluate(act)}
+    return {"wall": wall, "updates": result.stats.train_steps, "final_return": evaluate(result.policy.predict)}
 
 
 def run_sb3(seed: int) -> dict:
@@ -76,13 +69,13 @@ def run_sb3(seed: int) -> dict:
         "MlpPolicy",
         env,
         learning_rate=LR,
-        buffer_size=50_000,
+        buffer_size=CAPACITY,
         learning_starts=BATCH,
         batch_size=BATCH,
-        tau=1 - (1 - TAU) ** 4,
+        tau=1 - (1 - TAU) ** UPDATES_PER_PHASE,
         gamma=GAMMA,
         train_freq=1,
-        gradient_steps=4,
+        gradient_steps=UPDATES_PER_PHASE,
         target_update_interval=1,
         exploration_initial_eps=0.99,
         exploration_final_eps=0.05,
@@ -121,7 +114,7 @@ def run_reference(seed: int) -> dict:
     target = copy.deepcopy(q).requires_grad_(False)
     params, target_params = list(q.parameters()), list(target.parameters())
     optimizer = torch.optim.Adam(params, lr=LR, fused=True)
-    capacity = 50_000
+    capacity = CAPACITY
     b_obs = torch.zeros(capacity, 4)
     b_next = torch.zeros(capacity, 4)
     b_act = torch.zeros(capacity, dtype=torch.int64)
@@ -154,7 +147,7 @@ def run_reference(seed: int) -> dict:
         obs = next_obs
         if size < BATCH:
             continue
-        for _ in range(4):
+        for _ in range(UPDATES_PER_PHASE):
             i = torch.randint(size, (BATCH,))
             o, n, a, r, d = b_obs[i], b_next[i], b_act[i], b_rew[i], b_term[i]
             with torch.no_grad():
@@ -182,7 +175,6 @@ SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3, "reference": run_referenc
 
 def profile_offpolicy(preset_name: str) -> None:
     import offpolicy
-    from offpolicy.presets import preset
 
     config = offpolicy.RunConfig(**preset(preset_name))
     profile_run(config, f"offpolicy train --preset {preset_name}")

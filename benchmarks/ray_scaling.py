@@ -24,19 +24,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from collect import FACTORIES, measure  # noqa: E402
+from collect import FACTORIES, measure
 
-from offpolicy.agents import make_learner  # noqa: E402
-from offpolicy.policy import PolicyLearner  # noqa: E402
-from offpolicy.runners import BackendOptions, RayFleet, make_collection_runner  # noqa: E402
+from offpolicy.agents import make_learner
+from offpolicy.policy import PolicyLearner
+from offpolicy.runners import BackendOptions, RayFleet, make_collection_runner
 
 MODEL_SIZES = {"4.6k (DQN default)": (64, 3), "70k": (256, 3), "1.1M": (1024, 3), "9M": (3000, 3)}
 

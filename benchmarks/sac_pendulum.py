@@ -38,8 +38,6 @@ def evaluate(act) -> float:
 
 
 def run_offpolicy(seed: int) -> dict:
-    import torch
-
     import offpolicy
     from offpolicy.presets import preset
 
@@ -50,13 +48,7 @@ def run_offpolicy(seed: int) -> dict:
     start = time.perf_counter()
     result = offpolicy.train(offpolicy.RunConfig(**values), save=False, quiet=True)
     wall = time.perf_counter() - start
-    policy = result.policy
-
-    def act(obs):
-        with torch.no_grad():
-            return policy.act(torch.as_tensor(obs[None]), deterministic=True).actions[0].numpy()
-
-    return {"wall": wall, "final_return": evaluate(act)}
+    return {"wall": wall, "final_return": evaluate(result.policy.predict)}
 
 
 def run_sb3(seed: int) -> dict:

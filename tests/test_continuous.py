@@ -86,13 +86,13 @@ def test_twin_critic_is_two_independent_mlps():
     observations, actions = torch.randn(10, 3), torch.randn(10, 2)
     q = critic(observations, actions)
     assert q.shape == (2, 10)
-    for copy in range(2):
+    for member in range(2):
         hidden = torch.cat((observations, actions), 1)
         for index, (w, b) in enumerate(zip(critic.weights, critic.biases)):
-            hidden = hidden @ w[copy] + b[copy]
+            hidden = hidden @ w[member] + b[member]
             if index < 2:
                 hidden = hidden.relu()
-        assert torch.allclose(q[copy], hidden.squeeze(-1), atol=1e-6)
+        assert torch.allclose(q[member], hidden.squeeze(-1), atol=1e-6)
     assert not torch.allclose(q[0], q[1])
 
 

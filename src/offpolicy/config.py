@@ -62,7 +62,7 @@ class OffPolicyConfig:
     backend: str = "inprocess"
     """Where environments step: 'inprocess' (trainer thread, batched; fastest for cheap envs,
     reproducible), 'processes' (worker processes, one per core, data in shared memory; for envs
-    that cost more than about 0.05 ms a step), 'threads' (a thread per env and a shared
+    that cost more than about 0.1 ms a step), 'threads' (a thread per env and a shared
     inference server: the seed's literal design, for envs that release the GIL) or 'ray' (Ray
     actors, each with several envs and a policy copy; on this machine or a cluster)."""
 

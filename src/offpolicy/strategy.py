@@ -52,9 +52,8 @@ from offpolicy.interrupt import Interrupter
 from offpolicy.policy import Policy, PolicyLearner, TrainMetrics
 from offpolicy.progress import RunProgress
 from offpolicy.runners import make_collection_runner, make_evaluation_runner
-from offpolicy.runners.core import EnvRunner
+from offpolicy.runners.core import EnvRunner, EnvRunnerError
 from offpolicy.runners.options import BackendOptions
-from offpolicy.runners.session import EnvRunnerError
 from offpolicy.runners.watchdog import HangWatchdog
 from offpolicy.steps import StepBatch
 

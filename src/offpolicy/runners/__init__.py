@@ -1,9 +1,9 @@
 """Environment runners: they step environments with a policy and hand back step batches.
 
-One backend per module: `inprocess` (the trainer's thread), `threaded` (a
-thread per env and the autobatching `inference` server), `processes` (worker
-processes running `worker`), `ray_actors` (Ray actors). `session` holds the
-step semantics they all share. Names are imported on first use, so a worker
+One backend per module: `inprocess` (the trainer's thread; it also holds
+`EnvSession`, the step semantics every backend shares), `threaded` (a thread
+per env and the autobatching `inference` server), `processes` (worker
+processes running `worker`), `ray_actors` (Ray actors). Names are imported on first use, so a worker
 process that imports `offpolicy.runners.worker` loads no torch.
 """
 
@@ -23,8 +23,8 @@ _PUBLIC = {
     "AsyncEnvRunner": "offpolicy.runners.threaded",
     "BackendOptions": "offpolicy.runners.options",
     "EnvRunner": "offpolicy.runners.core",
-    "EnvRunnerError": "offpolicy.runners.session",
-    "EnvSession": "offpolicy.runners.session",
+    "EnvRunnerError": "offpolicy.runners.core",
+    "EnvSession": "offpolicy.runners.inprocess",
     "EnvTimeoutError": "offpolicy.runners.watchdog",
     "HangWatchdog": "offpolicy.runners.watchdog",
     "InferenceServer": "offpolicy.runners.inference",

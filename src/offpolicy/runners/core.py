@@ -13,13 +13,29 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import Sequence, TypeVar
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from offpolicy.policy import Policy, PolicyState
+import numpy as np
+
 from offpolicy.steps import StepBatch
 
+if TYPE_CHECKING:  # torch stays out of worker processes, which import this module
+    import torch
+
+    from offpolicy.policy import Policy, PolicyState
+
 Chunk = TypeVar("Chunk", StepBatch, np.ndarray)
+
+
+class EnvRunnerError(RuntimeError):
+    """An environment failed while a runner stepped it; the message names the env.
+
+    `env_ids` names the envs to replace to go on, where the runner knows them.
+    """
+
+    def __init__(self, message: str, env_ids: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.env_ids = tuple(int(env_id) for env_id in env_ids)
 
 
 def pop_steps(ready: "deque[Chunk]", wanted: int) -> Chunk:
@@ -39,7 +55,7 @@ class EnvRunner(ABC):
         """The acting policy (the trainer's copy, for backends that act elsewhere)."""
 
     @property
-    def device(self) -> torch.device:
+    def device(self) -> "torch.device":
         """Where the acting policy runs (the inference device)."""
         return self.policy.device
 

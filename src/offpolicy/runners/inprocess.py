@@ -1,22 +1,117 @@
-"""Runners that step their environments in the calling thread.
+"""Stepping environments in the calling process: the step semantics every backend shares, and the in-process runners.
 
-For cheap environments this is the fastest design in Python: one batched
-policy call per group of envs, no thread or process hop per step, and the
-run is exactly reproducible from its seed.
+`EnvSession.advance` is the one place an environment is stepped, in the trainer
+(in-process and threaded runners, Ray actors) and in worker processes alike:
+the true final observation is kept at an episode's end and the env reset, the
+episode's return and length are counted, observations of the wrong shape and
+failing calls become an `EnvRunnerError` naming the env. The module imports no
+torch, so worker processes start quickly.
+
+For cheap environments the in-process runners are the fastest design in
+Python: one batched policy call per group of envs, no thread or process hop per
+step, and the run is exactly reproducible from its seed.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from offpolicy.envs import EnvFactory
-from offpolicy.policy import Policy
-from offpolicy.runners.core import EnvRunner, pop_steps
-from offpolicy.runners.session import EnvSession, collect_episodes
-from offpolicy.runners.watchdog import HangWatchdog
+from offpolicy.envs import EnvFactory, check_observation, describe_env_failure
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, pop_steps
 from offpolicy.steps import StepBatch, TimeStep
+
+if TYPE_CHECKING:
+    from offpolicy.policy import Policy
+    from offpolicy.runners.watchdog import HangWatchdog
+
+
+class EnvSession:
+    """One environment and its running episode, reset automatically at episode end.
+
+    `busy_since` is the monotonic time the current `step()` or `reset()` began
+    (0 when idle), so a watchdog can name an env that hangs.
+    """
+
+    def __init__(self, factory: EnvFactory, env_id: int, seed: int) -> None:
+        self.env_id = env_id
+        self.env = factory()
+        self.observation_shape = self.env.observation_space.shape
+        self.steps = 0
+        self.busy_since = 0.0
+        self.call = "reset()"
+        self.env.action_space.seed(seed)
+        self.observation = self._checked(self.env.reset(seed=seed)[0])
+        self.episode_length = 0
+        self.episode_return = 0.0
+
+    def _checked(self, observation: Any) -> Any:
+        try:
+            check_observation(observation, self.observation_shape, self.call)
+        except ValueError as error:
+            raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from None
+        return observation
+
+    def _guarded(self, call: str, function: Any, *args: Any) -> Any:
+        """Run one env call marked busy (for the watchdog); its error names this env and its step."""
+        self.call = call
+        self.busy_since = time.monotonic()
+        try:
+            return function(*args)
+        except EnvRunnerError:
+            raise
+        except Exception as error:
+            raise EnvRunnerError(describe_env_failure(self.env_id, call, self.steps, error)) from error
+        finally:
+            self.busy_since = 0.0
+
+    def step(self, action: Any, context: dict[str, float]) -> TimeStep:
+        observation = self.observation
+        return TimeStep(self.env_id, observation, *self.advance(action), context=context)
+
+    def advance(self, action: Any) -> tuple[Any, Any, float, bool, bool, int, float]:
+        """One step as a plain tuple, for runners that pack many into arrays: (next observation, action,
+        reward, terminated, truncated, episode length, episode return), the fields of `TimeStep` in order."""
+        next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
+        self.steps += 1
+        if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
+            self._checked(next_observation)
+        reward = float(reward)
+        self.episode_length += 1
+        self.episode_return += reward
+        length, episode_return = self.episode_length, self.episode_return
+        if terminated or truncated:
+            self.restart()
+        else:
+            self.observation = next_observation
+        return next_observation, action, reward, bool(terminated), bool(truncated), length, episode_return
+
+    def restart(self) -> None:
+        """Begin a fresh episode (the env's generator continues, so episodes differ)."""
+        observation, _ = self._guarded("reset()", self.env.reset)
+        self.observation = self._checked(observation)
+        self.episode_length = 0
+        self.episode_return = 0.0
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def collect_episodes(step: Callable[[], TimeStep], count: int) -> list[StepBatch]:
+    """Call `step()` (one `TimeStep`) until `count` episodes have ended; for single-env runners."""
+    episodes: list[StepBatch] = []
+    current: list[TimeStep] = []
+    while len(episodes) < count:
+        timestep = step()
+        current.append(timestep)
+        if timestep.done:
+            episodes.append(StepBatch.from_timesteps(current))
+            current = []
+    return episodes
+
 
 
 class SingleEnvRunner(EnvRunner):

@@ -35,8 +35,7 @@ import numpy as np
 
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, pop_steps
-from offpolicy.runners.session import EnvRunnerError
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, pop_steps
 from offpolicy.runners.watchdog import EnvTimeoutError
 from offpolicy.runners.worker import SLEEP_SLICE_S, SPIN_S, Doorbells, allocate, spin_acquire, work
 from offpolicy.steps import StepBatch

@@ -37,10 +37,9 @@ import torch
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import Policy, PolicyState
-from offpolicy.runners.core import EnvRunner, pop_steps
+from offpolicy.runners.core import EnvRunner, EnvRunnerError, pop_steps
 from offpolicy.runners.inprocess import InProcessMultiEnvRunner
 from offpolicy.runners.options import RayFleet
-from offpolicy.runners.session import EnvRunnerError
 from offpolicy.runners.watchdog import EnvTimeoutError
 from offpolicy.steps import StepBatch
 

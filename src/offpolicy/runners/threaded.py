@@ -19,9 +19,9 @@ from typing import Union
 
 from offpolicy.envs import EnvFactory
 from offpolicy.policy import PolicyState
-from offpolicy.runners.core import EnvRunner
+from offpolicy.runners.core import EnvRunner, EnvRunnerError
 from offpolicy.runners.inference import InferenceServer
-from offpolicy.runners.session import EnvRunnerError, EnvSession, collect_episodes
+from offpolicy.runners.inprocess import EnvSession, collect_episodes
 from offpolicy.runners.watchdog import EnvTimeoutError, hang_message, hung_session
 from offpolicy.steps import StepBatch, TimeStep
 

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any, Iterable
 
-from offpolicy.runners.session import EnvRunnerError, EnvSession
+from offpolicy.runners.core import EnvRunnerError
+from offpolicy.runners.inprocess import EnvSession
 
 
 class EnvTimeoutError(EnvRunnerError):

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from offpolicy.runners.session import EnvRunnerError, EnvSession
+from offpolicy.runners.core import EnvRunnerError
+from offpolicy.runners.inprocess import EnvSession
 
 
 @dataclass
