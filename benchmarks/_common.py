@@ -60,7 +60,7 @@ def profile_run(config, title: str) -> None:
     spaces = probe_spaces(make_env_factory(config.env))
     sample = make_learner(config.agent, *spaces, config.hyperparameters, config.device, config.seed)
     learner_class, policy_class = type(sample), type(sample.policy())
-    buffer_class = type(make_replay_buffer(config.strategy, config.device, config.seed))
+    buffer_class = type(make_replay_buffer(config.strategy, config.device, config.seed, sample.gamma, config.num_steps))
 
     spent: dict[str, float] = {}
 

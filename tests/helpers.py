@@ -58,6 +58,7 @@ class StubLearner(PolicyLearner):
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
+        self.gamma = 0.99
         self._policy = StubPolicy()
         self.train_calls = 0
         self.batch_sizes: list[int] = []

@@ -17,6 +17,11 @@ def test_defaults_are_the_seeds():
         "train_batch_size": 32,
         "warmup_steps": 0,
         "backend": "inprocess",
+        "n_step": 1,  # replay: one-step returns, uniform sampling
+        "prioritized": False,
+        "priority_alpha": 0.6,
+        "priority_beta": 0.4,
+        "priority_epsilon": 1e-6,
     }
 
 
@@ -36,6 +41,12 @@ def test_defaults_are_the_seeds():
         ({"warmup_steps": -5}, "warmup_steps"),
         ({"num_envs": 2.5}, "num_envs"),
         ({"backend": "gpu-magic"}, "backend"),
+        ({"n_step": 0}, "n_step"),
+        ({"prioritized": 1}, "prioritized"),
+        ({"priority_alpha": 1.5}, "priority_alpha"),
+        ({"priority_beta": -0.1}, "priority_beta"),
+        ({"priority_epsilon": 0.0}, "priority_epsilon"),
+        ({"priority_alpha": "high"}, "priority_alpha"),
     ],
 )
 def test_each_invalid_field_is_named(values, field):

@@ -16,9 +16,9 @@ OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
 ACTIONS = gym.spaces.Discrete(3)
 
 
-def filled_buffer(seed=0, size=300):
+def filled_buffer(seed=0, size=300, gamma=0.99):
     rng = np.random.default_rng(seed)
-    buffer = TransitionBuffer(1000, seed=seed)
+    buffer = TransitionBuffer(1000, seed=seed, gamma=gamma)
     buffer.push(StepBatch.of_transitions(
         rng.normal(size=(size, 4)).astype(np.float32),
         rng.normal(size=(size, 4)).astype(np.float32),
@@ -48,7 +48,8 @@ def test_bad_hyperparameter_is_named():
 def test_update_follows_double_dqn_huber_and_soft_target(learner_class):
     config = DQNConfig(hidden=16, tau=0.25, lr=1e-2, gamma=0.9)
     learner = learner_class(OBS, ACTIONS, config, seed=1)
-    batch = filled_buffer().sample(64)
+    batch = filled_buffer(gamma=0.9).sample(64)
+    assert torch.equal(batch.discounts, torch.full((64,), 0.9))  # one-step returns: discounted by gamma
     batch.weights = torch.linspace(0.2, 1.0, 64)  # importance weights scale each transition's loss
     target_before = [p.clone() for p in learner.target_network.parameters()]
     online, target_net = learner.q_network, learner.target_network

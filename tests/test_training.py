@@ -107,6 +107,27 @@ def test_resume_restores_counters_random_states_and_optionally_the_buffer(tmp_pa
     assert resumed.stats.evaluations == 3
 
 
+def test_prioritized_nstep_dueling_run_checkpoints_priorities_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    strategy = OffPolicyConfig(num_envs=4, autobatch_size=4, train_interval=8, train_steps=2, train_batch_size=32,
+                               replay_buffer_size=1000, eval_interval=200, eval_episodes=2, n_step=3,
+                               prioritized=True)
+    config = small_config(num_steps=400, save_buffer=True, strategy=strategy,
+                          hyperparameters={"hidden": 16, "dueling": True})
+    first = train(config, run_dir=run, quiet=True)
+    assert first.stats.train_steps > 0
+    checkpointer = Checkpointer(run / "checkpoints")
+    saved = checkpointer.load_part(400, "buffer")
+    priorities = saved["priorities"]
+    assert len(priorities) == 400 and len(set(priorities.tolist())) > 100  # set from the learner's TD errors
+    assert checkpointer.load_part(400, "progress")["buffer_sampling"]["pushed"] == 400  # beta's progress
+    resumed = train(small_config(num_steps=600, save_buffer=True, strategy=strategy,
+                                 hyperparameters={"hidden": 16, "dueling": True}), run_dir=run, resume=True,
+                    quiet=True)
+    assert resumed.stats.step == 600 and resumed.stats.train_steps > first.stats.train_steps
+    assert len(checkpointer.load_part(600, "buffer")["priorities"]) == 600
+
+
 def test_env_factory_callable_is_accepted(tmp_path):
     result = train(small_config(num_steps=100), env=lambda: CountingEnv(9), save=False, quiet=True)
     assert result.stats.step == 100 and result.run_dir is None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 import torch
 
+from offpolicy.nstep import WINDOW_FIELDS, NStepWindows
 from offpolicy.steps import StepBatch
 
 if TYPE_CHECKING:
@@ -29,13 +30,18 @@ if TYPE_CHECKING:
 
 FIELDS = ("observations", "next_observations", "actions", "rewards", "terminated")
 """What `TransitionBuffer` stores of each step."""
-BATCH_FIELDS = FIELDS + ("indices", "weights")
+BATCH_FIELDS = FIELDS + ("discounts", "indices", "weights")
 BLOCK_TRANSITIONS = 4096
 
 
 @dataclass
 class TransitionBatch:
-    """A batch of transitions, each field batched along the first dimension."""
+    """A batch of transitions, each field batched along the first dimension.
+
+    With n-step returns, `rewards` is the discounted sum of up to n rewards, `next_observations` the
+    observation after the last of them and `discounts` gamma to the power of their count; a learner's
+    target is `rewards + discounts * (1 - terminated) * value(next_observations)` either way.
+    """
 
     observations: torch.Tensor
     next_observations: torch.Tensor
@@ -43,6 +49,8 @@ class TransitionBatch:
     rewards: torch.Tensor
     terminated: torch.Tensor
     """1.0 where the episode really ended (no bootstrapping); time-limit truncations are 0.0."""
+    discounts: torch.Tensor
+    """What the bootstrapped value is discounted by: gamma ** (rewards summed), gamma for one-step returns."""
     indices: torch.Tensor
     """Where each transition sits in the buffer: what `ReplayBuffer.update_priorities` takes back."""
     weights: torch.Tensor
@@ -97,23 +105,48 @@ class ReplayBuffer(ABC):
         """Restore what `sampling_state` returned."""
 
 
-def make_replay_buffer(config: "OffPolicyConfig", device: torch.device | str, seed: int) -> ReplayBuffer:
-    """The replay buffer `config` asks for, on `device`, sampling from `seed`."""
-    return TransitionBuffer(config.replay_buffer_size, device, seed)
+def make_replay_buffer(
+    config: "OffPolicyConfig", device: torch.device | str, seed: int, gamma: float, total_steps: int
+) -> ReplayBuffer:
+    """The replay buffer `config` asks for, on `device`, sampling from `seed`; returns discounted by the
+    learner's `gamma`; prioritized replay anneals its importance correction over `total_steps`."""
+    if config.prioritized:
+        from offpolicy.prioritized import PrioritizedReplayBuffer
+
+        return PrioritizedReplayBuffer(
+            config.replay_buffer_size, device, seed, gamma, config.n_step, alpha=config.priority_alpha,
+            beta=config.priority_beta, epsilon=config.priority_epsilon, total_steps=total_steps,
+        )
+    return TransitionBuffer(config.replay_buffer_size, device, seed, gamma, config.n_step)
 
 
 class TransitionBuffer(ReplayBuffer):
-    """Fixed-capacity FIFO of transitions sampled uniformly; once full, each push overwrites the oldest."""
+    """Fixed-capacity FIFO of transitions sampled uniformly; once full, each push overwrites the oldest.
 
-    def __init__(self, capacity: int, device: torch.device | str = "cpu", seed: int = 0) -> None:
+    With `n_step` > 1 each transition is sampled with its n-step return (`nstep.NStepWindows`, kept up
+    to date as steps arrive): `rewards`, `terminated` and `discounts` describe the window, and
+    `next_observations` is the observation after its last step.
+    """
+
+    def __init__(
+        self, capacity: int, device: torch.device | str = "cpu", seed: int = 0, gamma: float = 0.99,
+        n_step: int = 1,
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"replay buffer capacity must be at least 1, got {capacity}")
+        if n_step < 1:
+            raise ValueError(f"n_step must be at least 1, got {n_step}")
         self.capacity = capacity
         self.device = torch.device(device)
+        self.gamma = gamma
+        self.n_step = n_step
+        self._windows = NStepWindows(capacity, n_step, gamma) if n_step > 1 else None
         self._storage: dict[str, torch.Tensor] = {}
         self._host_views: dict[str, np.ndarray] = {}
+        """NumPy views of the storage on the CPU; on another device, host copies of the window fields."""
         self._position = 0
         self._size = 0
+        self._pushed = 0
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed)
 
@@ -122,41 +155,67 @@ class TransitionBuffer(ReplayBuffer):
 
     def push(self, steps: StepBatch) -> None:
         """Append a chunk of steps; truncation is not termination (a truncated step still bootstraps)."""
-        arrays = {name: getattr(steps, name) for name in FIELDS}
-        count = len(steps)
-        if count == 0:
+        total = len(steps)
+        if total == 0:
             return
+        dropped = max(0, total - self.capacity)  # more than fit: only the newest are kept
+        steps, count = steps[dropped:], total - dropped
+        serials = self._pushed + dropped + np.arange(count)  # step serial s sits in slot s % capacity
+        arrays = {name: getattr(steps, name) for name in FIELDS}
+        if self._windows is not None:
+            arrays.update(self._windows.new_fields(serials % self.capacity))
         if not self._storage:
             self._allocate(arrays)
-        if count > self.capacity:
-            arrays = {name: array[-self.capacity :] for name, array in arrays.items()}
-            count = self.capacity
-        start = self._position
+        self._write((self._position + dropped) % self.capacity, arrays)
+        self._position = (self._position + total) % self.capacity
+        self._size = min(self._size + count, self.capacity)
+        self._pushed += total
+        if self._windows is not None:
+            fields = {name: self._host_views[name] for name in WINDOW_FIELDS}
+            changed = self._windows.add(steps, serials, self._pushed - self._size, fields)
+            if self.device.type != "cpu" and len(changed):
+                at = torch.as_tensor(changed, device=self.device)
+                for name in WINDOW_FIELDS:
+                    self._storage[name][at] = torch.as_tensor(fields[name][changed]).to(self.device)
+
+    def _write(self, start: int, arrays: dict[str, np.ndarray]) -> None:
+        count = len(arrays["rewards"])
         first = min(count, self.capacity - start)
         for name, array in arrays.items():
-            if self._host_views:  # CPU storage: NumPy writes into the tensors' memory, no torch op per field
-                target, source = self._host_views[name], np.asarray(array)
-            else:
-                target = self._storage[name]
-                source = torch.as_tensor(np.asarray(array)).to(self.device, target.dtype)
-            target[start : start + first] = source[:first]
-            if first < count:
-                target[: count - first] = source[first:]
-        self._position = (start + count) % self.capacity
-        self._size = min(self._size + count, self.capacity)
+            targets: list[Any] = []
+            if name in self._host_views:  # on the CPU NumPy writes into the tensors' memory: no torch op
+                targets.append((self._host_views[name], np.asarray(array)))
+            if self.device.type != "cpu":
+                storage = self._storage[name]
+                targets.append((storage, torch.as_tensor(np.asarray(array)).to(self.device, storage.dtype)))
+            for target, source in targets:
+                target[start : start + first] = source[:first]
+                if first < count:
+                    target[: count - first] = source[first:]
+
+    def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where to sample `count` transitions, and their importance weights: uniform, weights all 1."""
+        indices = torch.randint(self._size, (count,), generator=self._generator, device=self.device)
+        return indices, torch.ones(count, device=self.device)
+
+    def _gather(self, indices: torch.Tensor, weights: torch.Tensor) -> TransitionBatch:
+        """The transitions at `indices`: a few gathers, n-step windows included."""
+        storage = self._storage
+        fields = {name: torch.index_select(storage[name], 0, indices) for name in FIELDS if name != "next_observations"}
+        if self._windows is None:
+            fields["discounts"] = torch.full_like(fields["rewards"], self.gamma)
+            last = indices
+        else:
+            fields["discounts"] = torch.index_select(storage["discounts"], 0, indices)
+            last = torch.index_select(storage["last"], 0, indices)
+        fields["next_observations"] = torch.index_select(storage["next_observations"], 0, last)
+        return TransitionBatch(**fields, indices=indices, weights=weights)
 
     def sample(self, batch_size: int) -> TransitionBatch:
         """Draw `batch_size` transitions uniformly, with replacement, from the filled part."""
         if self._size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        indices = torch.randint(
-            self._size, (batch_size,), generator=self._generator, device=self.device
-        )
-        return TransitionBatch(
-            **{name: torch.index_select(self._storage[name], 0, indices) for name in FIELDS},
-            indices=indices,
-            weights=torch.ones(batch_size, device=self.device),
-        )
+        return self._gather(*self._draw(batch_size))
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
         """`count` independent batches for one training phase, drawn a block at a time.
@@ -185,6 +244,8 @@ class TransitionBuffer(ReplayBuffer):
             )
         if self.device.type == "cpu":
             self._host_views = {name: tensor.numpy() for name, tensor in self._storage.items()}
+        elif self._windows is not None:
+            self._host_views = {name: self._storage[name].cpu().numpy() for name in WINDOW_FIELDS}
 
     @property
     def nbytes(self) -> int:
@@ -193,26 +254,46 @@ class TransitionBuffer(ReplayBuffer):
 
     def state_dict(self) -> dict[str, Any]:
         """The filled part and the write position, for saving a buffer with a checkpoint."""
-        return {
+        state = {
             "storage": {name: t[: self._size].clone() for name, t in self._storage.items()},
             "position": self._position,
             "size": self._size,
+            "pushed": self._pushed,
             "generator": self._generator.get_state(),
         }
+        if self._windows is not None:
+            state["windows"] = self._windows.state_dict(self._size)
+        return state
 
-    def sampling_state(self) -> torch.Tensor:
+    def sampling_state(self) -> Any:
         """The sampling generator's state alone, saved with every checkpoint (the contents only on request)."""
         return self._generator.get_state()
 
-    def load_sampling_state(self, state: torch.Tensor) -> None:
+    def load_sampling_state(self, state: Any) -> None:
         self._generator.set_state(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        storage = state["storage"]
+        """Restore what `state_dict` returned; steps saved without n-step windows (by an earlier version)
+        get one-step windows."""
+        storage = {name: t for name, t in state["storage"].items() if name in FIELDS}
+        size = min(int(state["size"]), self.capacity)
+        windows = state.get("windows")
+        if self._windows is not None and storage:
+            if windows is None or "last" not in state["storage"]:
+                slots = torch.arange(len(storage["rewards"]))
+                storage["discounts"] = torch.full((len(slots),), self.gamma)
+                storage["last"] = slots
+            else:
+                storage["discounts"], storage["last"] = state["storage"]["discounts"], state["storage"]["last"]
+            self._windows.load_state_dict(windows)
         if storage:
+            self._storage = {}
             self._allocate({name: t[:0].cpu().numpy() for name, t in storage.items()})
             for name, t in storage.items():
                 self._storage[name][: len(t)] = t.to(self.device)
+                if self.device.type != "cpu" and name in self._host_views:
+                    self._host_views[name][: len(t)] = t.cpu().numpy()
         self._position = int(state["position"]) % self.capacity
-        self._size = min(int(state["size"]), self.capacity)
+        self._size = size
+        self._pushed = int(state.get("pushed", self._position + (self.capacity if size == self.capacity else 0)))
         self._generator.set_state(state["generator"])

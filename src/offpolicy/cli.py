@@ -67,9 +67,13 @@ def _add_fields(group: Any, cls: type, names: Sequence[str], defaults: dict[str,
     docs = field_docs(cls)
     types = {f.name: f.type for f in dataclasses.fields(cls)}
     for name in names:
-        kind = {"int": int, "float": float, "str": str}.get(str(types[name]), str)
         default = defaults.get(name)
         shown = f" (default: {default})" if default not in (None, "") else ""
+        if str(types[name]) == "bool":
+            group.add_argument(_option(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=docs.get(name, "") + shown)
+            continue
+        kind = {"int": int, "float": float, "str": str}.get(str(types[name]), str)
         group.add_argument(_option(name), dest=name, type=kind, default=None, metavar=kind.__name__.upper(),
                            help=docs.get(name, "") + shown)
 
@@ -123,8 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     run_defaults = {**dataclasses.asdict(RunConfig()), **base}
     _add_fields(train.add_argument_group("run"), RunConfig, RUN_OPTIONS, run_defaults)
     strategy_names = [f.name for f in dataclasses.fields(OffPolicyConfig)]
-    _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig, strategy_names,
-                {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]})
+    replay_names = [name for name in strategy_names if name == "n_step" or name.startswith(("prioritized", "priority"))]
+    strategy_defaults = {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]}
+    _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig,
+                [name for name in strategy_names if name not in replay_names], strategy_defaults)
+    _add_fields(train.add_argument_group("replay"), OffPolicyConfig, replay_names, strategy_defaults)
     seen: set[str] = set()
     for agent, spec in AGENTS.items():
         names = [f.name for f in dataclasses.fields(spec.config_class) if f.name not in seen]

@@ -1,4 +1,4 @@
-"""Configuration of the off-policy strategy: the seed's nine fields, plus the worker backend.
+"""Configuration of the off-policy strategy: the seed's nine fields, the worker backend and replay options.
 
 A config is plain data: it round-trips through a dict (and so JSON), and every
 run stores the resolved one in its run directory so that it can be resumed or
@@ -65,6 +65,16 @@ class OffPolicyConfig:
     that cost more than about 0.1 ms a step), 'threads' (a thread per env and a shared
     inference server: the seed's literal design, for envs that release the GIL) or 'ray' (Ray
     actors, each with several envs and a policy copy; on this machine or a cluster)."""
+    n_step: int = 1
+    """Rewards summed into each target (n-step returns); a window stops where its episode ends."""
+    prioritized: bool = False
+    """Replay transitions in proportion to their last TD error (prioritized replay)."""
+    priority_alpha: float = 0.6
+    """How strongly priorities shape sampling: 0 is uniform, 1 is in proportion to the TD error."""
+    priority_beta: float = 0.4
+    """Importance-sampling correction at the start; it rises linearly to 1 by the last step."""
+    priority_epsilon: float = 1e-6
+    """Added to each TD error, so that no transition's priority is zero."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -73,9 +83,11 @@ class OffPolicyConfig:
         """Reject impossible values up front, naming the field and the rule."""
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "backend":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ConfigError(f"{f.name} must be true or false, got {value!r}")
+            if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ConfigError(f"{f.name} must be a number, got {value!r}")
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
         positive = (
             "num_envs",
@@ -86,6 +98,7 @@ class OffPolicyConfig:
             "eval_interval",
             "eval_episodes",
             "train_batch_size",
+            "n_step",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -102,6 +115,13 @@ class OffPolicyConfig:
                 f"train_batch_size ({self.train_batch_size}) must not exceed "
                 f"replay_buffer_size ({self.replay_buffer_size}): the buffer could never hold a batch"
             )
+        if not 0 <= self.priority_alpha <= 1 or not 0 <= self.priority_beta <= 1:
+            raise ConfigError(
+                f"priority_alpha and priority_beta must be between 0 and 1, got {self.priority_alpha} "
+                f"and {self.priority_beta}"
+            )
+        if not self.priority_epsilon > 0:
+            raise ConfigError(f"priority_epsilon must be positive, got {self.priority_epsilon}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
 

@@ -135,6 +135,9 @@ class PolicyLearner(ABC):
     """The agent being trained: one optimisation step at a time."""
 
     device: torch.device
+    """Where it trains; the replay buffer keeps its samples there."""
+    gamma: float
+    """The discount of its targets; the replay buffer discounts n-step returns by it."""
 
     @abstractmethod
     def train(self, batch: "TransitionBatch") -> TrainOutput:

@@ -2,7 +2,7 @@
 
 Adding an agent is its own module (config dataclass, policy, learner) and one
 line in `AGENTS`; a fast path for some of its cases is a second learner class
-with a `covers(observation_space)` test, chosen here when it applies.
+with a `covers(observation_space, config)` test, chosen here when it applies.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.fast_cpu import FastDQNLearner
+from offpolicy.agents.qrdqn import QRDQNConfig, QRDQNLearner, QRDQNPolicy
 from offpolicy.agents.sac import SACConfig, SACLearner, SACPolicy
 from offpolicy.agents.td3 import TD3Config, TD3Learner, TD3Policy
 from offpolicy.config import ConfigError, from_dict
@@ -28,15 +29,16 @@ class AgentSpec:
     config_class: type
     learner_class: Callable[..., PolicyLearner]
     fast_learner_class: Any = None
-    """A learner computing the same thing faster where its `covers(observation_space)` says it can."""
+    """A learner computing the same thing faster where its `covers(observation_space, config)` says it can."""
 
-    def learner_for(self, observation_space: gym.Space) -> Callable[..., PolicyLearner]:
+    def learner_for(self, observation_space: gym.Space, config: Any) -> Callable[..., PolicyLearner]:
         fast = self.fast_learner_class
-        return fast if fast is not None and fast.covers(observation_space) else self.learner_class
+        return fast if fast is not None and fast.covers(observation_space, config) else self.learner_class
 
 
 AGENTS: dict[str, AgentSpec] = {
     "dqn": AgentSpec(DQNConfig, DQNLearner, FastDQNLearner),
+    "qrdqn": AgentSpec(QRDQNConfig, QRDQNLearner),
     "sac": AgentSpec(SACConfig, SACLearner),
     "td3": AgentSpec(TD3Config, TD3Learner),
 }
@@ -60,7 +62,8 @@ def make_learner(
     """Build agent `name` for these spaces; unknown hyperparameters are an error naming them."""
     spec = agent_spec(name)
     config = from_dict(spec.config_class, hyperparameters, f"the {name} hyperparameters")
-    return spec.learner_for(observation_space)(observation_space, action_space, config, device=device, seed=seed)
+    learner_class = spec.learner_for(observation_space, config)
+    return learner_class(observation_space, action_space, config, device=device, seed=seed)
 
 
 __all__ = [
@@ -70,6 +73,9 @@ __all__ = [
     "DQNLearner",
     "DQNPolicy",
     "FastDQNLearner",
+    "QRDQNConfig",
+    "QRDQNLearner",
+    "QRDQNPolicy",
     "SACConfig",
     "SACLearner",
     "SACPolicy",

@@ -1,11 +1,13 @@
 """DQN: a Q-network, a soft-updated target, epsilon-greedy exploration, double-DQN targets.
 
-One update (`DQNLearner.train`), on a batch of transitions (s, a, r, s', terminated) with weights w:
-1. target: y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))   (double DQN);
+One update (`DQNLearner.train`), on a batch of transitions (s, a, r, s', terminated) with weights w and
+discounts d (gamma, or gamma^m where r sums m rewards: n-step returns):
+1. target: y = r + d * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))   (double DQN);
 2. loss = mean_b w_b * huber(Q(s, a) - y), one Adam step with the gradient norm clipped to `max_grad_norm`;
 3. target: Q_target <- (1 - tau) * Q_target + tau * Q.
 Acting takes argmax_a Q(s, a), or with probability epsilon a uniformly random action; epsilon decays
-exponentially with the environment steps acted (`EpsilonGreedy`).
+exponentially with the environment steps acted (`EpsilonGreedy`). With `dueling`, Q is computed as
+V(s) + A(s, a) - mean_a' A(s, a') (`DuelingQNetwork`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from offpolicy.agents.common import discrete_actions, soft_update, validate_common
 from offpolicy.agents.exploration import EpsilonGreedy
-from offpolicy.agents.networks import EncodedMLP, make_encoder
+from offpolicy.agents.networks import Encoder, make_encoder, q_network
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
 from offpolicy.config import ConfigError
@@ -49,6 +52,8 @@ class DQNConfig:
     """Environment steps over which epsilon - end shrinks by a factor e (exponential decay)."""
     max_grad_norm: float = 10.0
     """Gradients are rescaled to at most this global norm."""
+    dueling: bool = False
+    """Separate value and advantage heads: Q = V + A - mean(A) (dueling network)."""
 
     def validate(self) -> None:
         validate_common(self)
@@ -64,7 +69,7 @@ class DQNConfig:
 class DQNPolicy(Policy):
     """Epsilon-greedy over a Q-network."""
 
-    def __init__(self, q_network: EncodedMLP, exploration: EpsilonGreedy) -> None:
+    def __init__(self, q_network: nn.Module, exploration: EpsilonGreedy) -> None:
         self.q_network = q_network
         self.device = next(q_network.parameters()).device
         self._exploration = exploration
@@ -116,8 +121,9 @@ class DQNLearner(PolicyLearner):
         num_actions = discrete_actions("DQN", action_space)
         encoder = make_encoder(observation_space, "DQN")
         self.device = torch.device(device)
+        self.gamma = c.gamma
         torch.manual_seed(seed)
-        self.q_network = EncodedMLP(encoder, num_actions, c.hidden, c.layers).to(self.device)
+        self.q_network = self.make_q_network(encoder, num_actions).to(self.device)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.parameters = list(self.q_network.parameters())
         self.optimizer = LeanAdam(self.parameters, c.lr)
@@ -125,12 +131,16 @@ class DQNLearner(PolicyLearner):
         self._policy = self.policy_class(self.q_network, exploration)
         self.updates = 0
 
+    def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:
+        """The Q-network: one value per action."""
+        return q_network(encoder, num_actions, self.config.hidden, self.config.layers, self.config.dueling)
+
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config
         with torch.no_grad():
             next_actions = self.q_network(batch.next_observations).argmax(dim=1, keepdim=True)
             next_q = self.target_network(batch.next_observations).gather(1, next_actions).squeeze(1)
-            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+            target = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_q
         q_values = self.q_network(batch.observations).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = (batch.weights * F.smooth_l1_loss(q_values, target, reduction="none")).mean()
 

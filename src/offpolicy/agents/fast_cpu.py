@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from offpolicy.agents.dqn import DQNLearner, DQNPolicy
+from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.networks import EncodedMLP, FlattenEncoder, make_encoder
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import TrainOutput
@@ -142,8 +142,11 @@ class FastDQNLearner(DQNLearner):
     policy_class = NumpyDQNPolicy
 
     @staticmethod
-    def covers(observation_space: gym.Space) -> bool:
-        """Whether DQN's networks for this observation space are ones this fast path computes."""
+    def covers(observation_space: gym.Space, config: DQNConfig) -> bool:
+        """Whether DQN's networks for this observation space and config are ones this fast path computes
+        (a flattening encoder and a plain MLP: not the dueling network)."""
+        if config.dueling:
+            return False
         try:
             return isinstance(make_encoder(observation_space, "DQN"), FlattenEncoder)
         except ValueError:
@@ -162,6 +165,7 @@ class FastDQNLearner(DQNLearner):
             return super().train(batch)
         c = self.config
         rewards, terminated, actions = batch.rewards.numpy(), batch.terminated.numpy(), batch.actions.numpy()
+        discounts = batch.discounts.numpy()
         weights = batch.weights.numpy()
         size, rows = len(rewards), np.arange(len(rewards))
         observations = flat_rows(batch.observations.numpy())
@@ -169,7 +173,7 @@ class FastDQNLearner(DQNLearner):
         # One online pass over both halves: Q(s, .) for the loss, Q(s', .) for the double-DQN argmax.
         q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
         next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
-        target = rewards + c.gamma * (1.0 - terminated) * next_q
+        target = rewards + discounts * (1.0 - terminated) * next_q
         q_values = q_both[rows, actions]
         error = q_values - target
         clipped = np.minimum(np.maximum(error, -1.0), 1.0)  # the Huber loss's gradient

@@ -1,5 +1,5 @@
 """Network parts every agent builds from: an encoder chosen from the observation space, the MLP, and the
-networks made of them (Q-network, actor, twin critic).
+networks made of them (Q-network, dueling Q-network, actor, twin critic).
 
 The encoder turns a batch of observations as stored (any dtype and shape) into
 float feature rows; everything after it is sized from `encoder.features`, so an
@@ -75,6 +75,34 @@ class EncodedMLP(nn.Sequential):
     def head(self) -> list[nn.Module]:
         """The MLP's layers, in order."""
         return list(self)[1:]
+
+
+def q_network(encoder: Encoder, actions: int, hidden: int, layers: int, dueling: bool, atoms: int = 1) -> nn.Module:
+    """A network from observations to `atoms` values per action, shape (batch, actions * atoms), action-major:
+    a plain MLP, or with `dueling` separate value and advantage heads."""
+    if dueling:
+        return DuelingQNetwork(encoder, actions, hidden, layers, atoms)
+    return EncodedMLP(encoder, actions * atoms, hidden, layers)
+
+
+class DuelingQNetwork(nn.Module):
+    """Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a') (Wang et al., 2016): an encoder and an MLP trunk of
+    `layers - 1` layers shared by a value head and an advantage head; with `atoms` > 1 each of V and A
+    has that many values (quantiles), combined atom by atom."""
+
+    def __init__(self, encoder: Encoder, actions: int, hidden: int, layers: int, atoms: int = 1) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.actions, self.atoms = actions, atoms
+        self.trunk = nn.Sequential(mlp(encoder.features, hidden, hidden, layers - 1), nn.ReLU())
+        self.value = nn.Linear(hidden, atoms)
+        self.advantage = nn.Linear(hidden, actions * atoms)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(self.encoder(observations))
+        advantages = self.advantage(features).unflatten(1, (self.actions, self.atoms))
+        values = self.value(features).unsqueeze(1)
+        return (values + advantages - advantages.mean(dim=1, keepdim=True)).flatten(1)
 
 
 class TwinCritic(nn.Module):

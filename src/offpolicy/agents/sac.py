@@ -1,8 +1,9 @@
 """SAC: a squashed-Gaussian actor, twin critics with soft-updated targets, automatic entropy tuning.
 
-One update (`SACLearner.train`), as in the paper and Stable-Baselines3:
+One update (`SACLearner.train`), as in the paper and Stable-Baselines3 (d is the batch's discount: gamma,
+or gamma^m where r sums m rewards):
 1. entropy: alpha <- minimise -log_alpha * (log pi(a|s) + target_entropy), target = -action dims;
-2. critics: y = r + gamma * (1 - terminated) * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'));
+2. critics: y = r + d * (1 - terminated) * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'));
    loss = 1/2 * sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
 3. actor: loss = mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a ~ pi(.|s) reparameterised;
 4. targets: Q_target <- (1 - tau) Q_target + tau Q.
@@ -123,6 +124,7 @@ class SACLearner(PolicyLearner):
         c.validate()
         action_size = bounded_box_actions("SAC", action_space)
         self.device = torch.device(device)
+        self.gamma = c.gamma
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
         self.actor = EncodedMLP(make_encoder(observation_space, "SAC"), 2 * action_size, c.hidden, c.layers)
@@ -158,7 +160,7 @@ class SACLearner(PolicyLearner):
         with torch.no_grad():
             next_actions, next_log_prob = squashed_sample(self.actor, next_observations, self._generator)
             next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
-            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (next_q - alpha * next_log_prob)
+            target = batch.rewards + batch.discounts * (1.0 - batch.terminated) * (next_q - alpha * next_log_prob)
         q_values = self.critic(observations, actions)
         critic_loss = 0.5 * (batch.weights * (q_values - target).pow(2)).mean(dim=1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)

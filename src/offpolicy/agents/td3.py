@@ -1,8 +1,9 @@
 """TD3: a deterministic actor, twin critics, delayed actor updates, target policy smoothing.
 
-One update (`TD3Learner.train`), as in the paper and Stable-Baselines3:
+One update (`TD3Learner.train`), as in the paper and Stable-Baselines3 (d is the batch's discount: gamma,
+or gamma^m where r sums m rewards):
 1. critics: a' = clip(actor_target(s') + clip(N(0, target_noise), +-noise_clip), -1, 1);
-   y = r + gamma * (1 - terminated) * min_i Q_target_i(s', a');
+   y = r + d * (1 - terminated) * min_i Q_target_i(s', a');
    loss = sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
 2. every `policy_delay` updates: actor loss = -mean Q_1(s, actor(s)), then both targets move by tau
    (`actor_loss` is reported on those updates only).
@@ -109,6 +110,7 @@ class TD3Learner(PolicyLearner):
         c.validate()
         action_size = bounded_box_actions("TD3", action_space)
         self.device = torch.device(device)
+        self.gamma = c.gamma
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
         self.actor = EncodedMLP(make_encoder(observation_space, "TD3"), action_size, c.hidden, c.layers)
@@ -134,7 +136,7 @@ class TD3Learner(PolicyLearner):
             smoothing = (smoothing * c.target_noise).clamp(-c.target_noise_clip, c.target_noise_clip)
             next_actions = (torch.tanh(self.target_actor(next_observations)) + smoothing).clamp(-1.0, 1.0)
             next_q = self.target_critic(next_observations, next_actions).min(dim=0).values
-            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+            target = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_q
         q_values = self.critic(observations, actions)
         critic_loss = (batch.weights * (q_values - target).pow(2)).mean(dim=1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
