@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from offpolicy.buffer import TransitionBuffer
-from offpolicy.prioritized import PrioritizedReplayBuffer, SumTree
+from offpolicy.prioritized import PrioritizedReplayBuffer
+from offpolicy.sum_tree import SumTree
 from offpolicy.steps import StepBatch
 
 GAMMA = 0.9
@@ -138,25 +139,36 @@ def chi_square_z(counts, probabilities):
     return ((statistic / k) ** (1 / 3) - (1 - 2 / (9 * k))) / np.sqrt(2 / (9 * k))
 
 
-@pytest.mark.parametrize("capacity", [1, 5, 1000, 1024])
-def test_sum_tree_draws_in_proportion_and_never_draws_zero(capacity):
+IMPLEMENTATIONS = [pytest.param(False, id="numpy"), pytest.param(True, id="compiled")]
+
+
+def sum_tree(capacity: int, compiled: bool) -> SumTree:
+    if compiled:
+        pytest.importorskip("numba")
+    return SumTree(capacity, compiled=compiled)
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+@pytest.mark.parametrize("capacity", [1, 5, 1000, 1024, 4099])
+def test_sum_tree_draws_in_proportion_and_never_draws_zero(capacity, compiled):
     rng = np.random.default_rng(capacity)
     priorities = rng.random(capacity) ** 3
     priorities[rng.random(capacity) < 0.3] = 0.0
     priorities[0] = max(priorities[0], 0.01)
-    tree = SumTree(capacity)
+    tree = sum_tree(capacity, compiled)
     tree.update(np.arange(capacity), priorities)
     assert tree.total == pytest.approx(priorities.sum())
     draws = tree.sample(200_000, rng)
     counts = np.bincount(draws, minlength=capacity)
-    assert counts[priorities == 0].sum() == 0
+    assert len(counts) == capacity and counts[priorities == 0].sum() == 0
     if capacity > 1:
         assert chi_square_z(counts, priorities / priorities.sum()) < 3.1
 
 
-def test_sum_tree_updates_in_batches_match_a_fresh_sum():
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_sum_tree_updates_in_batches_match_a_fresh_sum(compiled):
     rng = np.random.default_rng(0)
-    tree = SumTree(777)
+    tree = sum_tree(777, compiled)
     expected = np.zeros(777)
     for _ in range(50):
         slots = rng.integers(777, size=64)
@@ -169,6 +181,30 @@ def test_sum_tree_updates_in_batches_match_a_fresh_sum():
     masses = rng.random(1000) * tree.total
     cumulative = np.cumsum(expected)
     assert np.array_equal(tree.find(masses), np.searchsorted(cumulative, masses, side="right"))
+
+
+def test_the_compiled_sum_tree_computes_what_numpy_does():
+    """Same updates, bit-identical trees; same masses, identical slots, edge cases included."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(5)
+    fast, plain = SumTree(10_007, compiled=True), SumTree(10_007, compiled=False)
+    initial = np.where(rng.random(10_007) < 0.2, 0.0, rng.exponential(size=10_007))
+    for tree in (fast, plain):
+        tree.update(np.arange(10_007), initial)
+    for _ in range(20):
+        slots, values = rng.integers(10_007, size=256), rng.exponential(size=256) ** 3
+        slots, first = np.unique(slots, return_index=True)
+        values = np.where(rng.random(len(slots)) < 0.1, 0.0, values[first])
+        fast.update(slots, values)
+        plain.update(slots, values)
+    assert np.array_equal(fast.nodes, plain.nodes)
+    cumulative = np.cumsum(plain.priorities(np.arange(10_007)))
+    edges = np.concatenate([[0.0, np.nextafter(plain.total, 0.0), plain.total * (1 - 1e-15)],
+                            cumulative[rng.integers(10_007, size=200)]])  # exactly on interval bounds
+    masses = np.concatenate([rng.random(5000) * plain.total, edges])
+    found = fast.find(masses)
+    assert np.array_equal(found, plain.find(masses))
+    assert np.all(plain.priorities(found) > 0)
 
 
 def filled_prioritized(size=400, capacity=500, **options):

@@ -123,9 +123,9 @@ def make_replay_buffer(
 class TransitionBuffer(ReplayBuffer):
     """Fixed-capacity FIFO of transitions sampled uniformly; once full, each push overwrites the oldest.
 
-    With `n_step` > 1 each transition is sampled with its n-step return (`nstep.NStepWindows`, kept up
-    to date as steps arrive): `rewards`, `terminated` and `discounts` describe the window, and
-    `next_observations` is the observation after its last step.
+    With `n_step` > 1 each transition is stored and sampled with its n-step return
+    (`nstep.NStepWindows`, kept up to date as steps arrive): `rewards`, `terminated` and `discounts`
+    describe the window, and `next_observations` holds the observation after its last step.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class TransitionBuffer(ReplayBuffer):
         serials = self._pushed + dropped + np.arange(count)  # step serial s sits in slot s % capacity
         arrays = {name: getattr(steps, name) for name in FIELDS}
         if self._windows is not None:
-            arrays.update(self._windows.new_fields(serials % self.capacity))
+            arrays.update(self._windows.new_fields(count))
         if not self._storage:
             self._allocate(arrays)
         self._write((self._position + dropped) % self.capacity, arrays)
@@ -172,11 +172,16 @@ class TransitionBuffer(ReplayBuffer):
         self._pushed += total
         if self._windows is not None:
             fields = {name: self._host_views[name] for name in WINDOW_FIELDS}
-            changed = self._windows.add(steps, serials, self._pushed - self._size, fields)
-            if self.device.type != "cpu" and len(changed):
-                at = torch.as_tensor(changed, device=self.device)
+            grown, ends = self._windows.add(steps, serials, self._pushed - self._size, fields)
+            bootstrap = steps.next_observations[ends]
+            if self.device.type == "cpu":
+                self._host_views["next_observations"][grown] = bootstrap
+            elif len(grown):
+                at = torch.as_tensor(grown, device=self.device)
                 for name in WINDOW_FIELDS:
-                    self._storage[name][at] = torch.as_tensor(fields[name][changed]).to(self.device)
+                    self._storage[name][at] = torch.as_tensor(fields[name][grown]).to(self.device)
+                self._storage["next_observations"][at] = torch.as_tensor(bootstrap).to(
+                    self._storage["next_observations"].dtype).to(self.device)
 
     def _write(self, start: int, arrays: dict[str, np.ndarray]) -> None:
         count = len(arrays["rewards"])
@@ -201,14 +206,11 @@ class TransitionBuffer(ReplayBuffer):
     def _gather(self, indices: torch.Tensor, weights: torch.Tensor) -> TransitionBatch:
         """The transitions at `indices`: a few gathers, n-step windows included."""
         storage = self._storage
-        fields = {name: torch.index_select(storage[name], 0, indices) for name in FIELDS if name != "next_observations"}
+        fields = {name: torch.index_select(storage[name], 0, indices) for name in FIELDS}
         if self._windows is None:
             fields["discounts"] = torch.full_like(fields["rewards"], self.gamma)
-            last = indices
         else:
             fields["discounts"] = torch.index_select(storage["discounts"], 0, indices)
-            last = torch.index_select(storage["last"], 0, indices)
-        fields["next_observations"] = torch.index_select(storage["next_observations"], 0, last)
         return TransitionBatch(**fields, indices=indices, weights=weights)
 
     def sample(self, batch_size: int) -> TransitionBatch:
@@ -279,12 +281,11 @@ class TransitionBuffer(ReplayBuffer):
         size = min(int(state["size"]), self.capacity)
         windows = state.get("windows")
         if self._windows is not None and storage:
-            if windows is None or "last" not in state["storage"]:
-                slots = torch.arange(len(storage["rewards"]))
-                storage["discounts"] = torch.full((len(slots),), self.gamma)
-                storage["last"] = slots
+            if windows is None or "discounts" not in state["storage"]:
+                storage["discounts"] = torch.full((len(storage["rewards"]),), self.gamma)
+                windows = None
             else:
-                storage["discounts"], storage["last"] = state["storage"]["discounts"], state["storage"]["last"]
+                storage["discounts"] = state["storage"]["discounts"]
             self._windows.load_state_dict(windows)
         if storage:
             self._storage = {}

@@ -3,8 +3,8 @@
 Each stored step s owns a window: itself and up to n - 1 of the same env's
 following steps. The buffer keeps, per slot, the window's discounted return
 R = sum_k gamma^k r_{s+k}, whether it ended by termination, gamma^m for the m
-steps it holds, and the slot of its last step (whose next observation the target
-bootstraps from). A window stops growing at n steps, after a step that ended its
+steps it holds, and in place of s's own next observation, that of the window's
+last step, which the target bootstraps from. A window stops growing at n steps, after a step that ended its
 episode (terminated: no bootstrap; truncated: bootstrap from the true final
 observation), and where the env starts a new episode without ending the old one
 (an env restarted after a failure); until its env's next step arrives it simply
@@ -22,8 +22,9 @@ import torch
 
 from offpolicy.steps import StepBatch
 
-WINDOW_FIELDS = ("rewards", "terminated", "discounts", "last")
-"""What a buffer stores per slot for its windows: return, termination, gamma^m, the last step's slot."""
+WINDOW_FIELDS = ("rewards", "terminated", "discounts")
+"""What a buffer stores per slot for its windows beside the bootstrap observation: return, termination,
+gamma^m."""
 
 
 class NStepWindows:
@@ -38,14 +39,18 @@ class NStepWindows:
         self.newest = np.full(0, -1, np.int64)
         """Per env id, the serial number of its newest step."""
 
-    def new_fields(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        """The window fields of freshly pushed steps, beyond their reward and termination: one step each."""
-        return {"discounts": np.full(len(slots), self.gamma, np.float32), "last": slots.astype(np.int64)}
+    def new_fields(self, count: int) -> dict[str, np.ndarray]:
+        """The window fields of `count` freshly pushed steps, beyond their reward and termination: one step
+        each."""
+        return {"discounts": np.full(count, self.gamma, np.float32)}
 
-    def add(self, steps: StepBatch, serials: np.ndarray, oldest: int, fields: dict[str, np.ndarray]) -> np.ndarray:
+    def add(
+        self, steps: StepBatch, serials: np.ndarray, oldest: int, fields: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Link the steps just written (serial s in slot s % capacity; `oldest` is the oldest serial still
         stored) and extend their predecessors' windows in `fields` (`WINDOW_FIELDS` arrays, updated in
-        place). Returns the slots whose windows changed."""
+        place). Returns the slots whose windows grew, each once, and for each the row of `steps` that now
+        ends its window: the slot's bootstrap observation is that row's next observation."""
         slots = serials % self.capacity
         env_ids = steps.env_ids
         if len(self.newest) <= env_ids.max():
@@ -67,7 +72,7 @@ class NStepWindows:
         self.done[slots] = steps.done
 
         rewards, terminated = steps.rewards.astype(np.float32), steps.terminated
-        touched = []
+        touched, ends = [], []
         predecessor, growing = serials, np.ones(len(serials), bool)
         for distance in range(1, self.n_step):
             predecessor = np.where(growing, self.previous[predecessor % self.capacity], -1)
@@ -80,9 +85,14 @@ class NStepWindows:
             fields["rewards"][at] += np.float32(self.gamma**distance) * rewards[growing]
             fields["terminated"][at] = terminated[growing]
             fields["discounts"][at] = self.gamma ** (distance + 1)
-            fields["last"][at] = slots[growing]
             touched.append(at)
-        return np.concatenate(touched) if touched else np.zeros(0, np.int64)
+            ends.append(np.flatnonzero(growing))
+        if not touched:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        # A slot grown twice in one chunk ends at the later (longer-distance) step: keep its last entry.
+        touched_slots, end_rows = np.concatenate(touched)[::-1], np.concatenate(ends)[::-1]
+        slots_once, first = np.unique(touched_slots, return_index=True)
+        return slots_once, end_rows[first]
 
     def state_dict(self, size: int) -> dict[str, Any]:
         return {

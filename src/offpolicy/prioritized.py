@@ -18,58 +18,7 @@ import torch
 
 from offpolicy.buffer import TransitionBatch, TransitionBuffer
 from offpolicy.steps import StepBatch
-
-
-class SumTree:
-    """Priorities of `capacity` slots, and sampling in proportion to them, in O(log capacity) NumPy calls.
-
-    A complete binary tree in one float64 array: leaf `capacity_2 + i` holds slot i's priority, every
-    inner node the sum of its children, the root (node 1) the total. The leaves are padded with zeros
-    up to a power of two, which are never drawn. Updates and draws are vectorised over the whole
-    batch, one NumPy call per tree level and none per item; float64 keeps the sums exact enough that
-    a zero-priority slot is never drawn.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"sum tree capacity must be at least 1, got {capacity}")
-        self.capacity = capacity
-        self.depth = max(0, (capacity - 1).bit_length())
-        self.leaves = 1 << self.depth
-        self.nodes = np.zeros(2 * self.leaves, np.float64)
-
-    @property
-    def total(self) -> float:
-        return float(self.nodes[1])
-
-    def priorities(self, slots: np.ndarray) -> np.ndarray:
-        return self.nodes[self.leaves + slots]
-
-    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Set these slots' priorities and re-sum their ancestors, one level at a time."""
-        nodes = np.asarray(slots, np.int64) + self.leaves
-        self.nodes[nodes] = priorities
-        for _ in range(self.depth):
-            nodes >>= 1
-            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
-
-    def find(self, masses: np.ndarray) -> np.ndarray:
-        """The slot whose cumulative priority interval holds each of `masses` (values in [0, total))."""
-        nodes = np.ones(len(masses), np.int64)
-        masses = np.array(masses, np.float64)
-        for _ in range(self.depth):
-            left = 2 * nodes
-            left_sum = self.nodes[left]
-            # Go right past the left subtree's mass, but never into an empty subtree: rounding can
-            # leave a mass a hair above a node's total.
-            right = (masses >= left_sum) & (self.nodes[left + 1] > 0)
-            masses -= np.where(right, left_sum, 0.0)
-            nodes = left + right
-        return nodes - self.leaves
-
-    def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """`count` slots drawn independently, each with probability priority / total."""
-        return self.find(rng.random(count) * self.total)
+from offpolicy.sum_tree import SumTree
 
 
 class PrioritizedReplayBuffer(TransitionBuffer):
@@ -111,9 +60,9 @@ class PrioritizedReplayBuffer(TransitionBuffer):
 
     def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         slots = self.tree.sample(count, self._rng)
-        probabilities = self.tree.priorities(slots) / self.tree.total
-        weights = (self._size * probabilities) ** -self.beta
-        weights /= weights.max()
+        # (N P_i) ** -beta / max_j (N P_j) ** -beta, with P_i = p_i / total, is (p_i / min_j p_j) ** -beta.
+        priorities = self.tree.priorities(slots)
+        weights = (priorities / priorities.min()) ** -self.beta
         return (torch.from_numpy(slots).to(self.device),
                 torch.from_numpy(weights.astype(np.float32)).to(self.device))
 
@@ -124,8 +73,8 @@ class PrioritizedReplayBuffer(TransitionBuffer):
 
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """p_i = (|delta_i| + epsilon) ** alpha for each sampled transition."""
-        errors = td_errors.detach().to("cpu", torch.float64).numpy()
-        priorities = (np.abs(errors) + self.epsilon) ** self.alpha
+        errors = td_errors.detach().cpu().numpy()
+        priorities = np.power(np.abs(errors, dtype=np.float64) + self.epsilon, self.alpha)
         self.tree.update(indices.cpu().numpy(), priorities)
         self.max_priority = max(self.max_priority, float(priorities.max()))
 
