@@ -65,6 +65,14 @@ def _storage_dtype(array: np.ndarray) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
 
 
+def _write_wrapping(target: Any, source: Any, start: int, first: int) -> None:
+    """Write `source` into the circular `target` from row `start`: its first `first` rows there, the rest
+    from row 0."""
+    target[start : start + first] = source[:first]
+    if first < len(source):
+        target[: len(source) - first] = source[first:]
+
+
 class ReplayBuffer(ABC):
     """What the strategy needs of a replay buffer."""
 
@@ -158,45 +166,43 @@ class TransitionBuffer(ReplayBuffer):
         total = len(steps)
         if total == 0:
             return
-        dropped = max(0, total - self.capacity)  # more than fit: only the newest are kept
-        steps, count = steps[dropped:], total - dropped
-        serials = self._pushed + dropped + np.arange(count)  # step serial s sits in slot s % capacity
+        count = min(total, self.capacity)
+        if count < total:  # more than fit: only the newest are kept
+            steps = steps[total - count :]
         arrays = {name: getattr(steps, name) for name in FIELDS}
         if self._windows is not None:
             arrays.update(self._windows.new_fields(count))
         if not self._storage:
             self._allocate(arrays)
-        self._write((self._position + dropped) % self.capacity, arrays)
+        start = (self._position + total - count) % self.capacity
+        first = min(count, self.capacity - start)
+        on_device = self.device.type != "cpu"
+        for name, array in arrays.items():
+            host = self._host_views.get(name)  # on the CPU NumPy writes into the tensors' memory: no torch op
+            if host is not None:
+                _write_wrapping(host, array, start, first)
+            if on_device:
+                storage = self._storage[name]
+                _write_wrapping(storage, torch.as_tensor(np.asarray(array)).to(self.device, storage.dtype), start, first)
         self._position = (self._position + total) % self.capacity
         self._size = min(self._size + count, self.capacity)
         self._pushed += total
         if self._windows is not None:
-            fields = {name: self._host_views[name] for name in WINDOW_FIELDS}
-            grown, ends = self._windows.add(steps, serials, self._pushed - self._size, fields)
-            bootstrap = steps.next_observations[ends]
-            if self.device.type == "cpu":
-                self._host_views["next_observations"][grown] = bootstrap
-            elif len(grown):
-                at = torch.as_tensor(grown, device=self.device)
-                for name in WINDOW_FIELDS:
-                    self._storage[name][at] = torch.as_tensor(fields[name][grown]).to(self.device)
-                self._storage["next_observations"][at] = torch.as_tensor(bootstrap).to(
-                    self._storage["next_observations"].dtype).to(self.device)
+            self._extend_windows(steps, self._pushed - count + np.arange(count))
 
-    def _write(self, start: int, arrays: dict[str, np.ndarray]) -> None:
-        count = len(arrays["rewards"])
-        first = min(count, self.capacity - start)
-        for name, array in arrays.items():
-            targets: list[Any] = []
-            if name in self._host_views:  # on the CPU NumPy writes into the tensors' memory: no torch op
-                targets.append((self._host_views[name], np.asarray(array)))
-            if self.device.type != "cpu":
-                storage = self._storage[name]
-                targets.append((storage, torch.as_tensor(np.asarray(array)).to(self.device, storage.dtype)))
-            for target, source in targets:
-                target[start : start + first] = source[:first]
-                if first < count:
-                    target[: count - first] = source[first:]
+    def _extend_windows(self, steps: StepBatch, serials: np.ndarray) -> None:
+        """Grow the n-step windows of the steps before these (step serial s sits in slot s % capacity)."""
+        fields = {name: self._host_views[name] for name in WINDOW_FIELDS}
+        grown, ends = self._windows.add(steps, serials, self._pushed - self._size, fields)
+        bootstrap = steps.next_observations[ends]
+        if self.device.type == "cpu":
+            self._host_views["next_observations"][grown] = bootstrap
+        elif len(grown):
+            at = torch.as_tensor(grown, device=self.device)
+            for name in WINDOW_FIELDS:
+                self._storage[name][at] = torch.as_tensor(fields[name][grown]).to(self.device)
+            storage = self._storage["next_observations"]
+            storage[at] = torch.as_tensor(bootstrap).to(self.device, storage.dtype)
 
     def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Where to sample `count` transitions, and their importance weights: uniform, weights all 1."""

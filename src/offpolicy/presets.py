@@ -168,7 +168,8 @@ PRESET_DESCRIPTIONS = {
     "sac-pendulum": "SAC on Pendulum-v1 (RL-Zoo settings: SB3 defaults, lr 1e-3)",
     "td3-pendulum": "TD3 on Pendulum-v1 (RL-Zoo settings: lr 1e-3, gamma 0.98)",
     "dqn-lunarlander": "DQN on LunarLander-v3 (RL-Zoo settings; needs the box2d extra; not yet verified here)",
-    "dqn-lunarlander-combined": "dqn-lunarlander with dueling heads, 3-step returns and prioritized replay (box2d extra)",
+    "dqn-lunarlander-combined": "dqn-lunarlander with dueling heads, 3-step returns and prioritized replay (box2d "
+                                "extra; final evaluation 223 +/- 32 at 100k steps over 3 seeds, docs/ablation.md)",
     "qrdqn-cartpole": "QR-DQN on CartPole-v1: dqn-cartpole's schedule, 10 quantiles",
     "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings; box2d extra; not yet verified here)",
     "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
