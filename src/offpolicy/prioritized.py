@@ -62,9 +62,8 @@ class PrioritizedReplayBuffer(TransitionBuffer):
         slots = self.tree.sample(count, self._rng)
         # (N P_i) ** -beta / max_j (N P_j) ** -beta, with P_i = p_i / total, is (p_i / min_j p_j) ** -beta.
         priorities = self.tree.priorities(slots)
-        weights = (priorities / priorities.min()) ** -self.beta
-        return (torch.from_numpy(slots).to(self.device),
-                torch.from_numpy(weights.astype(np.float32)).to(self.device))
+        weights = np.power(priorities / priorities.min(), -self.beta, dtype=np.float32)
+        return torch.from_numpy(slots).to(self.device), torch.from_numpy(weights).to(self.device)
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
         """One batch at a time, each drawn after the learner's priorities for the one before are in."""
@@ -73,8 +72,9 @@ class PrioritizedReplayBuffer(TransitionBuffer):
 
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """p_i = (|delta_i| + epsilon) ** alpha for each sampled transition."""
-        errors = td_errors.detach().cpu().numpy()
-        priorities = np.power(np.abs(errors, dtype=np.float64) + self.epsilon, self.alpha)
+        priorities = np.abs(td_errors.detach().cpu().numpy(), dtype=np.float32)
+        priorities += self.epsilon
+        np.power(priorities, self.alpha, out=priorities)
         self.tree.update(indices.cpu().numpy(), priorities)
         self.max_priority = max(self.max_priority, float(priorities.max()))
 

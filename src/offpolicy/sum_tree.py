@@ -10,9 +10,10 @@ of priority zero (padding included) is never drawn, even where rounding leaves a
 mass a hair above a node's sum.
 
 The same operations exist twice, on the same array and with the same arithmetic:
-loops compiled by numba when it is installed (`pip install offpolicy[numba]`),
-which walk the whole batch a level at a time without data-dependent branches and
-are several times faster; and NumPy, vectorised over the batch, a few calls a level.
+loops compiled by numba (a dependency), which handle the whole batch a level at
+a time without data-dependent branches; and NumPy, vectorised over the batch, a
+few calls a level, several times slower: the reference the tests hold the
+compiled loops to, and the fallback where numba cannot be imported.
 """
 
 from __future__ import annotations
@@ -67,24 +68,25 @@ def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, slots
 
 
 def _update_loop(nodes: np.ndarray, offsets: np.ndarray, slots: np.ndarray, priorities: np.ndarray) -> None:
-    """Set each slot's priority and re-sum its ancestors."""
+    """Set each slot's priority, then re-sum their ancestors a level at a time for the whole batch (slot
+    by slot, every update of a shared ancestor would wait on the one before)."""
     depth = offsets.shape[0] - 1
     for i in range(slots.shape[0]):
-        node = slots[i]
-        nodes[offsets[depth] + node] = priorities[i]
-        for level in range(depth, 0, -1):
-            parent = node // FANOUT
-            base = offsets[level] + parent * FANOUT
+        nodes[offsets[depth] + slots[i]] = priorities[i]
+    parents = slots // FANOUT
+    for level in range(depth, 0, -1):
+        for i in range(parents.shape[0]):
+            base = offsets[level] + parents[i] * FANOUT
             total = 0.0
             for child in range(FANOUT):
                 total += nodes[base + child]
-            nodes[offsets[level - 1] + parent] = total
-            node = parent
+            nodes[offsets[level - 1] + parents[i]] = total
+        parents //= FANOUT
 
 
 @functools.cache
 def compiled_kernels() -> tuple[Callable, Callable] | None:
-    """The walk and the update compiled by numba (once per process), or None without numba."""
+    """The walk and the update compiled by numba (once per process), or None where numba cannot be imported."""
     try:
         import numba
     except ImportError:
@@ -96,7 +98,7 @@ class SumTree:
     """Priorities of `capacity` slots, and sampling in proportion to them, whole batches at a time.
 
     `compiled` chooses the implementation: True needs numba, False is NumPy, None (the default)
-    takes numba when it is installed.
+    takes numba where it can be imported.
     """
 
     def __init__(self, capacity: int, compiled: bool | None = None) -> None:
@@ -109,7 +111,7 @@ class SumTree:
         self._leaves = int(self.offsets[-1])
         kernels = compiled_kernels() if compiled is not False else None
         if compiled and kernels is None:
-            raise ImportError("the compiled sum tree needs numba: pip install offpolicy[numba]")
+            raise ImportError("the compiled sum tree needs numba: pip install numba")
         self.compiled = kernels is not None
         self._kernels = kernels
 
