@@ -157,6 +157,39 @@ PRESETS: dict[str, dict[str, Any]] = {
                          warmup_steps=10_000, eval_interval=10_000),
         "hyperparameters": {},
     },
+    "sac-walker2d": {
+        **_CONTINUOUS,
+        "agent": "sac",
+        "env": "Walker2d-v5",
+        "num_steps": 1_000_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                         warmup_steps=10_000, eval_interval=10_000),
+        "hyperparameters": {},
+    },
+    **{
+        f"td3-{name.lower()}": {
+            **_CONTINUOUS,
+            "agent": "td3",
+            "env": f"{name}-v5",
+            "num_steps": 1_000_000,
+            "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                             warmup_steps=25_000, eval_interval=10_000),
+            "hyperparameters": {"lr": 3e-4},
+        }
+        for name in ("HalfCheetah", "Hopper", "Walker2d")
+    },
+    **{
+        f"dqn-{name.lower()}": {
+            "agent": "dqn",
+            "env": f"{name}-v{version}",
+            "num_steps": 500_000,
+            "strategy": dict(_ONE_ENV_EVERY_STEP, train_interval=10, train_steps=1, replay_buffer_size=10_000,
+                             train_batch_size=128, warmup_steps=10_000, eval_interval=25_000),
+            "hyperparameters": {"lr": 2.5e-4, "tau": 0.02, "hidden": 128, "exploration_start": 1.0,
+                                "exploration_end": 0.05, "exploration_decay": 80_000.0},
+        }
+        for name, version in (("Acrobot", 1), ("MountainCar", 0))
+    },
     "seed-example": SEED_EXAMPLE,
 }
 """`dqn-cartpole` is what a bare `offpolicy train` runs; `seed-example` is the seed framework's
@@ -174,6 +207,13 @@ PRESET_DESCRIPTIONS = {
     "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings; box2d extra; not yet verified here)",
     "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
     "sac-hopper": "SAC on Hopper-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
+    "sac-walker2d": "SAC on Walker2d-v5 (RL-Zoo settings; mujoco extra; not yet verified here)",
+    "td3-halfcheetah": "TD3 on HalfCheetah-v5 (CleanRL settings: lr 3e-4, learning from 25k steps; mujoco extra; "
+                       "not yet verified here)",
+    "td3-hopper": "TD3 on Hopper-v5 (CleanRL settings; mujoco extra; not yet verified here)",
+    "td3-walker2d": "TD3 on Walker2d-v5 (CleanRL settings; mujoco extra; not yet verified here)",
+    "dqn-acrobot": "DQN on Acrobot-v1 (CleanRL's schedule: 10k buffer, an update every 10 steps; not yet verified here)",
+    "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; not yet verified here)",
 }
 
 
