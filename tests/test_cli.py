@@ -41,6 +41,19 @@ def test_bad_input_exits_at_once_with_one_line(tmp_path, args, words):
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr
 
 
+def test_an_env_of_ones_own_with_arguments_from_the_command_line(tmp_path):
+    """`module:EnvId` and --env-kwargs (values read as JSON) reach the run, and its stored config."""
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), ENV.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [OFFPOLICY, "train", "dqn", "registered_envs:Corridor-v0", "--env-kwargs", "length=3", "--num-steps", "600",
+         "--eval-interval", "300", "--quiet", "--run-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    stored = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert stored["env"] == "registered_envs:Corridor-v0" and stored["env_kwargs"] == {"length": 3}
+
+
 def test_help_documents_every_field_with_default():
     text = run("train", "--help").stdout
     for option in ("--num-envs", "--autobatch-size", "--replay-buffer-size", "--train-interval", "--train-steps",

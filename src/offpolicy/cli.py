@@ -108,7 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(or --preset), then from the options given. Defaults shown are the bare `offpolicy train` ones.",
     )
     train.add_argument("agent", nargs="?", help=f"agent: {', '.join(AGENTS)} (default: dqn, or the preset's)")
-    train.add_argument("env", nargs="?", help="Gymnasium env id (default: CartPole-v1, or the preset's)")
+    train.add_argument("env", nargs="?", help="Gymnasium env id, or MODULE:ENV_ID to import the module that registers it (default: CartPole-v1, or the preset's)")
+    train.add_argument("--env-kwargs", nargs="+", metavar="KEY=VALUE", type=_env_argument,
+                       help="arguments for the env's constructor, e.g. map_name=8x8 is_slippery=false "
+                       "(values read as JSON where they parse, as text otherwise)")
+    train.add_argument("--env-package", action="append", metavar="PACKAGE", dest="env_packages",
+                       help="import PACKAGE before making envs, so that its env registrations run (repeatable); "
+                       "or name the env as MODULE:ENV_ID")
     train.add_argument("--preset", help=f"named settings to start from: {', '.join(PRESETS)}")
     train.add_argument("--config", type=Path, metavar="FILE",
                        help="settings from a file (JSON, TOML or YAML; a run's config.json re-runs it)")
@@ -227,6 +233,10 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     for field in (*RUN_OPTIONS, "save_buffer", "tensorboard"):
         if getattr(args, field) is not None:
             values[field] = getattr(args, field)
+    if args.env_kwargs:
+        values["env_kwargs"] = {**values.get("env_kwargs", {}), **dict(args.env_kwargs)}
+    if args.env_packages:
+        values["env_packages"] = [*values.get("env_packages", []), *args.env_packages]
     for f in dataclasses.fields(OffPolicyConfig):
         if getattr(args, f.name) is not None:
             values["strategy"][f.name] = getattr(args, f.name)
@@ -244,12 +254,24 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**values)
 
 
+def _env_argument(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, the value read as JSON where it parses (false, 3, [1, 2]) and as text otherwise (8x8)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def _changed_options(args: argparse.Namespace) -> list[str]:
     names = [f.name for f in dataclasses.fields(OffPolicyConfig)] + [n for n in RUN_OPTIONS if n != "num_steps"]
-    names += ["save_buffer", "tensorboard"]
+    names += ["save_buffer", "tensorboard", "env_kwargs", "env_packages"]
     for spec in AGENTS.values():
         names += [f.name for f in dataclasses.fields(spec.config_class)]
-    return [_option(n) for n in dict.fromkeys(names) if getattr(args, n, None) is not None]
+    return [_option(n).removesuffix("s") if n == "env_packages" else _option(n)
+            for n in dict.fromkeys(names) if getattr(args, n, None) is not None]
 
 
 def announce(run_dir: Path):
@@ -351,6 +373,7 @@ def _shown(value: float | None) -> str:
 
 
 def command_eval(args: argparse.Namespace) -> int:
+    from offpolicy.envs import config_env_factory
     from offpolicy.evaluation import describe_checkpoint, evaluate_policy, load_policy, record_video
     from offpolicy.training import check_device
 
@@ -360,10 +383,12 @@ def command_eval(args: argparse.Namespace) -> int:
             raise ConfigError(f"{_option(name)} must be at least 1, got {getattr(args, name)}")
     loaded = load_policy(args.run_dir, args.checkpoint, device=args.device)
     print(f"Policy: {describe_checkpoint(loaded)}")
-    result = evaluate_policy(loaded.policy, loaded.config.env, args.episodes, args.seed)
-    print(f"Evaluation on {loaded.config.env}, {result.summary()}")
+    config = loaded.config
+    result = evaluate_policy(loaded.policy, config_env_factory(config), args.episodes, args.seed)
+    print(f"Evaluation on {config.env}, {result.summary()}")
     if args.video is not None:
-        path, recorded, frames = record_video(loaded.policy, loaded.config.env, args.video, args.video_episodes, args.seed)
+        path, recorded, frames = record_video(loaded.policy, config.env, args.video, args.video_episodes, args.seed,
+                                              config.env_kwargs, config.env_packages)
         note = "" if path.suffix == args.video.suffix else " (no video encoder installed: pip install imageio-ffmpeg)"
         print(f"Video: {path}{note}, {frames} frames, return {', '.join(f'{r:.1f}' for r in recorded.returns)}")
     return 0

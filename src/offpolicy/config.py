@@ -8,6 +8,7 @@ re-run exactly.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, TypeVar
 
@@ -140,7 +141,12 @@ class RunConfig:
     agent: str = "dqn"
     """Agent name (see `offpolicy presets`)."""
     env: str = "CartPole-v1"
-    """Gymnasium environment id."""
+    """Gymnasium environment id, or `module:EnvId` to import the module that registers it first. (An env
+    factory or instance of your own goes to `train(config, env=...)` instead.)"""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env's constructor (`gym.make(env, **env_kwargs)`), e.g. {"map_name": "8x8"}."""
+    env_packages: list[str] = dataclasses.field(default_factory=list)
+    """Python packages to import before making envs (in every worker too), so that their registrations run."""
     num_steps: int = 40_000
     """Total environment steps."""
     seed: int = 0
@@ -178,6 +184,20 @@ class RunConfig:
     """The agent's hyperparameters (overrides of its defaults)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.env, str):
+            raise ConfigError(
+                f"RunConfig.env must be a Gymnasium env id, got {self.env!r}; to train on an env factory of your "
+                "own, pass it as train(config, env=...)"
+            )
+        if not isinstance(self.env_kwargs, Mapping) or not all(isinstance(key, str) for key in self.env_kwargs):
+            raise ConfigError(f"env_kwargs must map argument names to values, got {self.env_kwargs!r}")
+        try:
+            json.dumps(dict(self.env_kwargs))
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"env_kwargs must be JSON values (they are stored in config.json): {error}") from None
+        if isinstance(self.env_packages, str) or not all(isinstance(name, str) for name in self.env_packages):
+            raise ConfigError(f"env_packages must be a list of package names, got {self.env_packages!r}")
+        self.env_kwargs, self.env_packages = dict(self.env_kwargs), list(self.env_packages)
         if isinstance(self.strategy, Mapping):
             self.strategy = OffPolicyConfig.from_dict(self.strategy)
         for name in ("num_steps", "torch_threads", "keep_checkpoints"):

@@ -7,8 +7,9 @@ receive it by pickling. An env id string becomes a `GymEnvFactory`.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -21,14 +22,31 @@ class EnvError(ValueError):
     """An environment cannot be made or does not fit the agent; the message says why."""
 
 
+def import_env_modules(env_id: str, packages: Sequence[str] = ()) -> None:
+    """Import what registers `env_id`: each of `packages`, and the module of a `module:EnvId` id (Gymnasium's
+    form), so that their registrations run in this process."""
+    modules = list(packages) + ([env_id.split(":", 1)[0]] if ":" in env_id else [])
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise EnvError(f"cannot import {module!r}, which should register environment {env_id!r}: {error}") from error
+
+
 @dataclass(frozen=True)
 class GymEnvFactory:
-    """Makes a registered Gymnasium environment; picklable, unlike a lambda."""
+    """Makes a registered Gymnasium environment; picklable, unlike a lambda.
+
+    `env_id` may be Gymnasium's `module:EnvId` form; the module and each of `packages` are imported first,
+    in whichever process makes the env (a worker process or a Ray actor too), so their registrations run.
+    """
 
     env_id: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    packages: tuple[str, ...] = ()
 
     def __call__(self) -> gym.Env:
+        import_env_modules(self.env_id, self.packages)
         try:
             return gym.make(self.env_id, **self.kwargs)
         except gym.error.DependencyNotInstalled as error:
@@ -37,6 +55,9 @@ class GymEnvFactory:
             raise EnvError(f"environment {self.env_id!r} needs a package that is missing; {hint}") from error
         except gym.error.Error as error:
             raise EnvError(f"cannot make environment {self.env_id!r}: {error}") from error
+        except TypeError as error:  # a keyword the env's constructor does not take
+            reason = str(error).split(" was raised from")[0]  # Gymnasium appends the whole call
+            raise EnvError(f"cannot make environment {self.env_id!r} with arguments {self.kwargs}: {reason}") from error
 
     def __str__(self) -> str:
         return self.env_id
@@ -51,19 +72,28 @@ def missing_extra(env_id: str) -> str | None:
     return None
 
 
-def make_env_factory(env: EnvSpec) -> EnvFactory:
-    """Turn an env id or a zero-argument callable into an environment factory."""
+def make_env_factory(env: EnvSpec, kwargs: dict[str, Any] | None = None, packages: Sequence[str] = ()) -> EnvFactory:
+    """Turn an env id (with constructor `kwargs`, registered by `packages` or a `module:EnvId` id) or a
+    zero-argument callable into an environment factory."""
     if isinstance(env, str):
-        if env not in gym.registry:
-            close = [name for name in gym.registry if env.lower().split("-")[0] in name.lower()]
+        import_env_modules(env, packages)
+        registered = env.split(":", 1)[-1]
+        if registered not in gym.registry:
+            close = [name for name in gym.registry if registered.lower().split("-")[0] in name.lower()]
             hint = f" (did you mean {', '.join(sorted(close)[:3])}?)" if close else ""
-            raise EnvError(f"unknown environment id {env!r}{hint}")
-        return GymEnvFactory(env)
+            where = "" if ":" in env or packages else "; an env of your own: --env-package PACKAGE or MODULE:ENV_ID"
+            raise EnvError(f"unknown environment id {env!r}{hint}{where}")
+        return GymEnvFactory(env, dict(kwargs or {}), tuple(packages))
     if callable(env):
         return env
     raise EnvError(
         f"env must be a Gymnasium env id or a zero-argument callable returning an env, got {env!r}"
     )
+
+
+def config_env_factory(config: Any) -> EnvFactory:
+    """The env factory a `RunConfig` names: its env id, constructor arguments and packages."""
+    return make_env_factory(config.env, config.env_kwargs, config.env_packages)
 
 
 def env_name(factory: EnvFactory) -> str:

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from offpolicy.agents import make_learner
 from offpolicy.checkpoint import CheckpointError, Checkpointer, load_state, save_state
 from offpolicy.config import ConfigError, RunConfig
-from offpolicy.envs import EnvError, EnvSpec, GymEnvFactory, make_env_factory, probe_spaces
+from offpolicy.envs import EnvError, EnvSpec, GymEnvFactory, config_env_factory, make_env_factory, probe_spaces
 from offpolicy.policy import Policy
 from offpolicy.training import CONFIG_FILE, load_run_config
 
@@ -40,7 +40,7 @@ class LoadedPolicy:
 
 def build_policy(config: RunConfig, env: EnvSpec | None, device: str) -> Policy:
     """A fresh policy shaped for `config`'s agent and the env's spaces."""
-    observation_space, action_space = probe_spaces(make_env_factory(env if env is not None else config.env))
+    observation_space, action_space = probe_spaces(make_env_factory(env) if env is not None else config_env_factory(config))
     learner = make_learner(config.agent, observation_space, action_space, config.hyperparameters, device, config.seed)
     return learner.policy()
 
@@ -152,7 +152,8 @@ def evaluate_policy(
 
 
 def record_video(
-    policy: Policy, env_id: str, path: Path | str, episodes: int = 1, seed: int = 0
+    policy: Policy, env_id: str, path: Path | str, episodes: int = 1, seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None, env_packages: Sequence[str] = (),
 ) -> tuple[Path, EvaluationResult, int]:
     """Record deterministic episodes through the env's `rgb_array` rendering.
 
@@ -173,13 +174,13 @@ def record_video(
     frames: list[np.ndarray] = []
     for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # off-screen rendering needs no display or sound
         os.environ.setdefault(driver, "dummy")
-    factory = GymEnvFactory(env_id, {"render_mode": "rgb_array"})
+    factory = GymEnvFactory(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, tuple(env_packages))
     try:
         result = evaluate_policy(policy, factory, episodes, seed, on_frame=frames.append)
     except gym.error.DependencyNotInstalled as error:
         raise EnvError(f"rendering {env_id} needs a package that is missing ({error}); "
                        "install it with: pip install 'offpolicy[video]'") from None
-    fps = int(gym.make(env_id).metadata.get("render_fps") or 30)
+    fps = _render_fps(factory)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".gif":
         imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
@@ -195,6 +196,14 @@ def describe_checkpoint(loaded: LoadedPolicy) -> str:
         f", evaluation return {loaded.eval_return:.1f} during training"
     )
     return f"{loaded.config.agent} on {loaded.config.env}, checkpoint at step {loaded.step:,}{during}"
+
+
+def _render_fps(factory: GymEnvFactory) -> int:
+    environment = factory()
+    try:
+        return int(environment.metadata.get("render_fps") or 30)
+    finally:
+        environment.close()
 
 
 __all__ = ["EvaluationResult", "LoadedPolicy", "evaluate_policy", "load_policy", "record_video", "save_policy"]

@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from offpolicy.agents import make_learner
 from offpolicy.checkpoint import CheckpointError, Checkpointer
 from offpolicy.config import ConfigError, RunConfig
-from offpolicy.envs import EnvSpec, make_env_factory, probe_spaces
+from offpolicy.envs import EnvSpec, config_env_factory, make_env_factory, probe_spaces
 from offpolicy.display import ProgressDisplay
 from offpolicy.events import Event, EventProcessor, EventSink, RunStats, TrainingEnded, TrainingStarted
 from offpolicy.interrupt import Interrupter, stop_on_signals
@@ -60,7 +60,8 @@ class TrainResult:
 def new_run_dir(config: RunConfig, root: Path = Path("runs"), tag: str | None = None) -> Path:
     """`runs/<env>-<agent>-<tag>-<time>`, unique; the tag defaults to `s<seed>`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = root / f"{config.env}-{config.agent}-{tag or f's{config.seed}'}-{stamp}"
+    env = config.env.split(":")[-1].replace("/", "-")  # mypkg.envs:Maze-v0, ALE/Breakout-v5
+    base = root / f"{env}-{config.agent}-{tag or f's{config.seed}'}-{stamp}"
     path, suffix = base, 1
     while path.exists():
         suffix += 1
@@ -145,7 +146,7 @@ def train(
         tensorboard_writer_class()  # a missing extra is reported before anything is written
     if config.strategy.backend == "ray":
         import_ray()
-    factory = make_env_factory(env if env is not None else config.env)
+    factory = make_env_factory(env) if env is not None else config_env_factory(config)
     observation_space, action_space = probe_spaces(factory)
 
     torch.set_num_threads(config.torch_threads)

@@ -3,9 +3,9 @@ networks made of them (Q-network, dueling Q-network, actor, twin critic).
 
 The encoder turns a batch of observations as stored (any dtype and shape) into
 float feature rows; everything after it is sized from `encoder.features`, so an
-agent never looks at the observation's shape itself. Flat vectors (a Box of any
-shape) are flattened; other kinds of observation plug in here as encoders of
-their own.
+agent never looks at the observation's shape itself. Flat vectors (a Box or
+MultiBinary of any shape) are flattened, a Discrete observation becomes a one-hot
+row; other kinds of observation plug in here as encoders of their own.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from offpolicy.envs import EnvError
 
@@ -28,9 +29,10 @@ class Encoder(nn.Module):
 
 
 class FlattenEncoder(Encoder):
-    """A Box observation of any shape, flattened to one float32 row per observation (no parameters)."""
+    """A Box (or MultiBinary) observation of any shape, flattened to one float32 row per observation (no
+    parameters)."""
 
-    def __init__(self, observation_space: gym.spaces.Box) -> None:
+    def __init__(self, observation_space: gym.spaces.Box | gym.spaces.MultiBinary) -> None:
         super().__init__()
         self.features = int(np.prod(observation_space.shape))
 
@@ -38,11 +40,26 @@ class FlattenEncoder(Encoder):
         return observations.flatten(1).to(torch.float32)
 
 
+class OneHotEncoder(Encoder):
+    """A Discrete observation (one integer, such as a grid world's cell) as a one-hot row of width n: stored
+    as one integer per step, expanded only inside the network."""
+
+    def __init__(self, observation_space: gym.spaces.Discrete) -> None:
+        super().__init__()
+        self.features = int(observation_space.n)
+        self.start = int(observation_space.start)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(observations.reshape(-1).long() - self.start, self.features).to(torch.float32)
+
+
 def make_encoder(observation_space: gym.Space, agent: str) -> Encoder:
     """The encoder for `observation_space`, or an error naming the agent and the space it cannot take."""
-    if isinstance(observation_space, gym.spaces.Box):
+    if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return FlattenEncoder(observation_space)
-    raise EnvError(f"{agent} needs a Box observation space, got {observation_space}")
+    if isinstance(observation_space, gym.spaces.Discrete):
+        return OneHotEncoder(observation_space)
+    raise EnvError(f"{agent} needs a Box, Discrete or MultiBinary observation space, got {observation_space}")
 
 
 def mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:

@@ -49,6 +49,8 @@ class EnvSession:
         self.episode_return = 0.0
 
     def _checked(self, observation: Any) -> Any:
+        if not isinstance(observation, np.ndarray):
+            observation = np.asarray(observation)  # a Discrete space's Python int, a list
         try:
             check_observation(observation, self.observation_shape, self.call)
         except ValueError as error:
@@ -78,7 +80,7 @@ class EnvSession:
         next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
         self.steps += 1
         if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
-            self._checked(next_observation)
+            next_observation = self._checked(next_observation)
         reward = float(reward)
         self.episode_length += 1
         self.episode_return += reward

@@ -1,0 +1,83 @@
+"""Envs users bring: Discrete observations, constructor arguments, and envs registered by their own
+packages (`module:EnvId` ids and `env_packages`), on every backend."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from offpolicy import ConfigError, RunConfig, train
+from offpolicy.envs import EnvError
+
+SMALL = {"num_envs": 4, "autobatch_size": 4, "eval_interval": 1_000, "eval_episodes": 2, "train_interval": 4,
+         "train_steps": 2, "replay_buffer_size": 10_000, "warmup_steps": 500}
+
+
+def test_dqn_learns_a_grid_world_with_discrete_observations():
+    """FrozenLake's observation is one integer, one-hot encoded inside the network; with is_slippery false
+    (an env argument) the greedy policy reaches the goal (return 1) within 6,000 steps."""
+    config = RunConfig(agent="dqn", env="FrozenLake-v1", env_kwargs={"is_slippery": False}, num_steps=6_000,
+                       strategy=SMALL, hyperparameters={"exploration_decay": 1_500.0, "lr": 1e-3})
+    result = train(config, save=False, quiet=True)
+    assert result.stats.best_eval_return == 1.0
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_discrete_observations_on_every_backend(backend):
+    config = RunConfig(agent="dqn", env="FrozenLake-v1", num_steps=1_200,
+                       strategy=dict(SMALL, backend=backend, eval_interval=600))
+    result = train(config, save=False, quiet=True)
+    assert result.stats.step == 1_200 and result.stats.train_steps > 0
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "processes"])
+def test_an_env_of_ones_own_by_module_and_id(backend):
+    """`module:EnvId` imports the module in the trainer and in every worker process, whose registration runs
+    there; constructor arguments reach every copy."""
+    config = RunConfig(agent="dqn", env="registered_envs:Corridor-v0", env_kwargs={"length": 4}, num_steps=3_000,
+                       strategy=dict(SMALL, backend=backend), hyperparameters={"exploration_decay": 800.0})
+    result = train(config, save=False, quiet=True)
+    assert result.stats.best_eval_return == 1.0
+
+
+def test_an_env_package_is_imported_before_envs_are_made(tmp_path):
+    config = RunConfig(agent="dqn", env="Corridor-v0", env_packages=["registered_envs"], num_steps=1_000,
+                       strategy=dict(SMALL, eval_interval=500))
+    result = train(config, run_dir=tmp_path / "run", quiet=True)
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert stored["env_packages"] == ["registered_envs"] and result.stats.step == 1_000
+
+
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"env": "no_such_module:Maze-v0"}, "cannot import 'no_such_module'"),
+        ({"env": "Corridor-v0", "env_packages": ["no_such_package"]}, "cannot import 'no_such_package'"),
+        ({"env": "FrozenLake-v1", "env_kwargs": {"no_such_argument": 1}}, "no_such_argument"),
+        ({"env": "Maze-v0"}, "--env-package PACKAGE or MODULE:ENV_ID"),
+    ],
+)
+def test_env_mistakes_are_named(values, words):
+    with pytest.raises(EnvError, match=words):
+        train(RunConfig(agent="dqn", num_steps=100, **values), save=False, quiet=True)
+
+
+def test_a_callable_in_the_config_points_at_train_env():
+    with pytest.raises(ConfigError, match=r"train\(config, env=\.\.\.\)"):
+        RunConfig(env=lambda: gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize("kwargs", [{1: 2}, {"a": object()}])
+def test_env_kwargs_must_be_json(kwargs):
+    with pytest.raises(ConfigError, match="env_kwargs"):
+        RunConfig(env_kwargs=kwargs)
+
+
+def test_a_discrete_observation_is_one_hot_inside_the_network():
+    from offpolicy.agents.networks import make_encoder
+
+    encoder = make_encoder(gym.spaces.Discrete(4, start=1), "DQN")
+    rows = encoder(torch.tensor([1, 4, 2]))
+    assert np.array_equal(rows.numpy(), np.eye(4, dtype=np.float32)[[0, 3, 1]])
