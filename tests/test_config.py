@@ -61,3 +61,31 @@ def test_round_trip_and_unknown_keys():
         OffPolicyConfig.from_dict({"num_env": 3})
     with pytest.raises(ConfigError, match="num_steps"):
         RunConfig(num_steps=0)
+
+
+def test_the_short_call_resolves_what_the_command_line_does():
+    """`train("dqn", "CartPole-v1", **settings)` starts from the same tuned preset as `offpolicy train dqn
+    CartPole-v1` and puts each setting where the matching option goes."""
+    from offpolicy.cli import build_parser, resolve_config
+    from offpolicy.presets import preset_config
+
+    args = build_parser().parse_args(["train", "dqn", "CartPole-v1", "--num-steps", "1000", "--lr", "0.002",
+                                      "--num-envs", "4", "--autobatch-size", "4", "--n-step", "3", "--seed", "5"])
+    short = preset_config("dqn", "CartPole-v1", num_steps=1_000, lr=0.002, num_envs=4, autobatch_size=4, n_step=3,
+                          seed=5)
+    assert short == resolve_config(args)
+    assert short.strategy.train_interval == 64 and short.hyperparameters["hidden"] == 128  # dqn-cartpole's
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda train: train("dqn", "CartPole-v1", policy_delay=2), "'policy_delay' does not apply to agent dqn"),
+    (lambda train: train("dqn", "CartPole-v1", learning_rate=1e-3), "unknown setting 'learning_rate'"),
+    (lambda train: train("sarsa", "CartPole-v1"), "unknown agent 'sarsa'"),
+    (lambda train: train(RunConfig(), lr=1e-3), "settings given beside a RunConfig (lr)"),
+])
+def test_the_short_call_names_what_it_cannot_place(call, words):
+    from offpolicy import train
+
+    with pytest.raises(ConfigError) as raised:
+        call(train)
+    assert words in str(raised.value)

@@ -25,7 +25,7 @@ from offpolicy.checkpoint import CheckpointError, NonFiniteStateError
 from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
 from offpolicy.envs import EnvError
 from offpolicy.events import TrainingStarted
-from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, default_preset, preset
+from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, apply_settings, pair_values, preset
 from offpolicy.runners import EnvRunnerError
 
 EXIT_ERROR = 2
@@ -224,33 +224,17 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
             if given is not None and given != values[key]:
                 raise ConfigError(f"{source} is for {key} {values[key]}, not {given}")
     else:
-        agent, env = args.agent or "dqn", args.env or "CartPole-v1"
-        name = default_preset(agent, env)
-        values = preset(name) if name else {"strategy": {}, "hyperparameters": {}}
-        values["agent"], values["env"] = agent, env
-    if values["agent"] not in AGENTS:
-        raise ConfigError(f"unknown agent {values['agent']!r}; available: {', '.join(AGENTS)}")
-    for field in (*RUN_OPTIONS, "save_buffer", "tensorboard"):
-        if getattr(args, field) is not None:
-            values[field] = getattr(args, field)
-    if args.env_kwargs:
-        values["env_kwargs"] = {**values.get("env_kwargs", {}), **dict(args.env_kwargs)}
-    if args.env_packages:
-        values["env_packages"] = [*values.get("env_packages", []), *args.env_packages]
-    for f in dataclasses.fields(OffPolicyConfig):
-        if getattr(args, f.name) is not None:
-            values["strategy"][f.name] = getattr(args, f.name)
+        values = pair_values(args.agent or "dqn", args.env or "CartPole-v1")
+    names = [*RUN_OPTIONS, "save_buffer", "tensorboard", *(f.name for f in dataclasses.fields(OffPolicyConfig))]
+    names += [f.name for spec in AGENTS.values() for f in dataclasses.fields(spec.config_class)]
+    settings = {name: getattr(args, name) for name in dict.fromkeys(names) if getattr(args, name) is not None}
     if args.ray_actors and args.envs_per_actor and args.num_envs is None:
-        values["strategy"]["num_envs"] = args.ray_actors * args.envs_per_actor  # the fleet sizes the run
-    own = {f.name for f in dataclasses.fields(AGENTS[values["agent"]].config_class)}
-    for agent, spec in AGENTS.items():
-        for f in dataclasses.fields(spec.config_class):
-            value = getattr(args, f.name)
-            if value is None:
-                continue
-            if f.name not in own:
-                raise ConfigError(f"option {_option(f.name)} does not apply to agent {values['agent']}")
-            values["hyperparameters"][f.name] = value
+        settings["num_envs"] = args.ray_actors * args.envs_per_actor  # the fleet sizes the run
+    if args.env_kwargs:
+        settings["env_kwargs"] = {**values.get("env_kwargs", {}), **dict(args.env_kwargs)}
+    if args.env_packages:
+        settings["env_packages"] = [*values.get("env_packages", []), *args.env_packages]
+    apply_settings(values, settings, label=lambda name: f"option {_option(name)}")
     return RunConfig(**values)
 
 

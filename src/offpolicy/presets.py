@@ -7,9 +7,12 @@ A preset is a partial `RunConfig` as a dict; options given on the command line
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from offpolicy.config import ConfigError
+
+if TYPE_CHECKING:
+    from offpolicy.config import RunConfig
 
 SEED_EXAMPLE: dict[str, Any] = {
     "agent": "dqn",
@@ -230,3 +233,49 @@ def default_preset(agent: str, env: str) -> str | None:
         if name != "seed-example" and values["agent"] == agent and values["env"] == env:
             return name
     return None
+
+
+def apply_settings(values: dict[str, Any], settings: dict[str, Any], label: Callable[[str], str] = repr) -> dict[str, Any]:
+    """Put each flat setting (`num_envs=8`, `lr=1e-3`, `seed=3`) where it belongs in preset-shaped `values`:
+    a run field, a strategy field or a hyperparameter of the agent. A hyperparameter of another agent, or a
+    name that is none of these, is an error naming it (`label` spells it: a keyword, an option)."""
+    import dataclasses
+
+    from offpolicy.agents import AGENTS
+    from offpolicy.config import OffPolicyConfig, RunConfig
+
+    agent = values["agent"]
+    if agent not in AGENTS:
+        raise ConfigError(f"unknown agent {agent!r}; available: {', '.join(AGENTS)}")
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)} - {"agent", "env", "strategy", "hyperparameters"}
+    strategy_fields = {f.name for f in dataclasses.fields(OffPolicyConfig)}
+    own = {f.name for f in dataclasses.fields(AGENTS[agent].config_class)}
+    every_agents = {f.name for spec in AGENTS.values() for f in dataclasses.fields(spec.config_class)}
+    for name, value in settings.items():
+        if name in run_fields:
+            values[name] = value
+        elif name in strategy_fields:
+            values.setdefault("strategy", {})[name] = value
+        elif name in own:
+            values.setdefault("hyperparameters", {})[name] = value
+        elif name in every_agents:
+            raise ConfigError(f"{label(name)} does not apply to agent {agent}")
+        else:
+            raise ConfigError(f"unknown setting {label(name)}: not a run, strategy or {agent} field")
+    return values
+
+
+def preset_config(agent: str = "dqn", env: str = "CartPole-v1", **settings: Any) -> "RunConfig":
+    """The config `offpolicy train AGENT ENV` runs: the tuned preset for the pair (or the agent's defaults),
+    then `settings` (any run, strategy or hyperparameter field by name, as the command line's options)."""
+    from offpolicy.config import RunConfig
+
+    return RunConfig(**apply_settings(pair_values(agent, env), settings))
+
+
+def pair_values(agent: str, env: str) -> dict[str, Any]:
+    """The tuned preset's settings for this agent and env (a copy), or none beyond the pair itself."""
+    name = default_preset(agent, env)
+    values = preset(name) if name else {"strategy": {}, "hyperparameters": {}}
+    values["agent"], values["env"] = agent, env
+    return values

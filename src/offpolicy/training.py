@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from threadpoolctl import threadpool_limits
@@ -25,6 +25,7 @@ from offpolicy.display import ProgressDisplay
 from offpolicy.events import Event, EventProcessor, EventSink, RunStats, TrainingEnded, TrainingStarted
 from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
+from offpolicy.presets import preset_config
 from offpolicy.progress import RunProgress
 from offpolicy.sinks import CallbackSink, MetricsLog, TensorBoardLog, tensorboard_writer_class
 from offpolicy.runners.options import BackendOptions
@@ -115,7 +116,8 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def train(
-    config: RunConfig | None = None,
+    config: RunConfig | str | None = None,
+    env_id: str | None = None,
     *,
     env: EnvSpec | None = None,
     run_dir: Path | str | None = None,
@@ -124,16 +126,29 @@ def train(
     quiet: bool = False,
     save: bool = True,
     interrupter: Interrupter | None = None,
+    **settings: Any,
 ) -> TrainResult:
     """Train an agent and return its policy.
 
-    `env` overrides `config.env` with an id or any zero-argument callable
+    `train("dqn", "CartPole-v1", num_steps=40_000, lr=1e-3)` runs what
+    `offpolicy train dqn CartPole-v1 --num-steps 40000 --lr 0.001` runs: the
+    tuned preset for that agent and env (or the agent's defaults), then any
+    run, strategy or hyperparameter field given by name. A `RunConfig` instead
+    says everything itself.
+
+    `env` overrides the env id with an id or any zero-argument callable
     returning a Gymnasium env. With `save`, metrics and checkpoints go to
     `run_dir` (a new folder under `runs/` when omitted); `resume` continues the
     run in `run_dir` from its latest checkpoint, with its stored config (or
     `config`, to extend `num_steps`).
     `callbacks` receive every event with the run's current stats.
     """
+    if isinstance(config, str):
+        config = preset_config(config, env_id or "CartPole-v1", **settings)
+    elif env_id is not None or settings:
+        given = ", ".join(([repr(env_id)] if env_id is not None else []) + list(settings))
+        raise ConfigError(f"settings given beside a RunConfig ({given}): set them in the RunConfig, or name the agent "
+                          "instead: train('dqn', 'CartPole-v1', num_steps=40_000)")
     if resume:
         if run_dir is None:
             raise ConfigError("resume needs the run directory to continue")
