@@ -158,7 +158,8 @@ def test_sum_tree_draws_in_proportion_and_never_draws_zero(capacity, compiled):
     tree = sum_tree(capacity, compiled)
     tree.update(np.arange(capacity), priorities)
     assert tree.total == pytest.approx(priorities.sum())
-    draws = tree.sample(200_000, rng)
+    draws, priorities_drawn = tree.sample(200_000, rng)
+    assert np.array_equal(priorities_drawn, priorities[draws])
     counts = np.bincount(draws, minlength=capacity)
     assert len(counts) == capacity and counts[priorities == 0].sum() == 0
     if capacity > 1:

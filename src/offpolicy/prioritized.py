@@ -59,9 +59,8 @@ class PrioritizedReplayBuffer(TransitionBuffer):
             self.tree.update(slots, np.full(count, self.max_priority))
 
     def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        slots = self.tree.sample(count, self._rng)
+        slots, priorities = self.tree.sample(count, self._rng)
         # (N P_i) ** -beta / max_j (N P_j) ** -beta, with P_i = p_i / total, is (p_i / min_j p_j) ** -beta.
-        priorities = self.tree.priorities(slots)
         weights = np.power(priorities / priorities.min(), -self.beta, dtype=np.float32)
         return torch.from_numpy(slots).to(self.device), torch.from_numpy(weights).to(self.device)
 

@@ -41,11 +41,15 @@ def _layout(capacity: int) -> tuple[np.ndarray, int]:
     return np.array(offsets, np.int64), length
 
 
-def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, slots: np.ndarray) -> None:
-    """For each mass, the slot whose cumulative priority interval holds it (into `slots`; `masses` is
-    used up). Level by level for the whole batch, so that the memory reads of different draws overlap,
-    and without data-dependent branches in the scan of a node's children."""
+def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, scale: float, slots: np.ndarray,
+               priorities: np.ndarray) -> None:
+    """For each mass (times `scale`), the slot whose cumulative priority interval holds it, and that slot's
+    priority (into `slots` and `priorities`; `masses` is used up). Level by level for the whole batch, so
+    that the memory reads of different draws overlap, and without data-dependent branches in the scan of a
+    node's children."""
     slots[:] = 0
+    for i in range(masses.shape[0]):
+        masses[i] *= scale
     for level in range(1, offsets.shape[0]):
         start = offsets[level]
         for i in range(masses.shape[0]):
@@ -65,6 +69,9 @@ def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, slots
                     before += nodes[base + child]
             masses[i] = mass - before
             slots[i] = node * FANOUT + chosen
+    leaves = offsets[offsets.shape[0] - 1]
+    for i in range(slots.shape[0]):
+        priorities[i] = nodes[leaves + slots[i]]
 
 
 def _update_loop(nodes: np.ndarray, offsets: np.ndarray, slots: np.ndarray, priorities: np.ndarray) -> None:
@@ -138,11 +145,18 @@ class SumTree:
 
     def find(self, masses: np.ndarray) -> np.ndarray:
         """The slot whose cumulative priority interval holds each of `masses` (values in [0, total))."""
-        masses = np.array(masses, np.float64)
+        return self._walk(np.array(masses, np.float64), 1.0)[0]
+
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """`count` slots drawn independently, each with probability priority / total, and their priorities."""
+        return self._walk(rng.random(count), self.total)
+
+    def _walk(self, masses: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        slots, priorities = np.empty(len(masses), np.int64), np.empty(len(masses), np.float64)
         if self._kernels is not None:
-            slots = np.empty(len(masses), np.int64)
-            self._kernels[0](self.nodes, self.offsets, masses, slots)
-            return slots
+            self._kernels[0](self.nodes, self.offsets, masses, scale, slots, priorities)
+            return slots, priorities
+        masses *= scale
         nodes = np.zeros(len(masses), np.int64)
         rows = np.arange(len(masses))
         for level in range(1, self.depth + 1):
@@ -153,14 +167,4 @@ class SumTree:
                                 FANOUT - 1 - np.argmax(children[:, ::-1] > 0, axis=1))
             masses -= np.where(chosen > 0, running[rows, chosen - 1], 0.0)
             nodes = nodes * FANOUT + chosen
-        return nodes
-
-    def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """`count` slots drawn independently, each with probability priority / total."""
-        masses = rng.random(count)
-        masses *= self.nodes[0]
-        if self._kernels is not None:
-            slots = np.empty(count, np.int64)
-            self._kernels[0](self.nodes, self.offsets, masses, slots)
-            return slots
-        return self.find(masses)
+        return nodes, self.priorities(nodes)
