@@ -228,3 +228,18 @@ def test_what_a_worker_process_imports_loads_no_torch():
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """Spawned workers import the main script again; one that trains at import kills them while starting,
+    and the error says so instead of only 'worker process died'."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_at_import.py"
+    script.write_text("import offpolicy\n\noffpolicy.train('dqn', 'CartPole-v1', num_steps=200, backend='processes', "
+                      "num_envs=2, autobatch_size=2, save=False, quiet=True)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode != 0
+    assert ("train_at_import.py starts training when imported, and each worker imports it again; put the code "
+            'that trains under `if __name__ == "__main__":`') in result.stderr

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections import deque
+from pathlib import Path
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -60,6 +62,21 @@ def usable_cores() -> int:
 def default_workers(num_envs: int) -> int:
     """One worker per core, never more than there are envs."""
     return max(1, min(num_envs, usable_cores()))
+
+
+def unguarded_script_hint() -> str:
+    """Why a worker that dies while starting most likely did: a script that starts training at import.
+    Workers are spawned, so each imports the main script again; without an `if __name__ == "__main__":`
+    guard the import starts training again, and multiprocessing stops the worker."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        guarded = script is None or "__main__" in Path(script).read_text(errors="replace")
+    except OSError:
+        guarded = True
+    if guarded:
+        return ""
+    return (f" while starting: {Path(script).name} starts training when imported, and each worker imports it "
+            "again; put the code that trains under `if __name__ == \"__main__\":`")
 
 
 class ProcessMultiEnvRunner(EnvRunner):
@@ -137,8 +154,10 @@ class ProcessMultiEnvRunner(EnvRunner):
         self._arrived: deque[np.ndarray] = deque()  # envs whose step is in shared memory, not yet taken
         self._unread: list[int] = []  # envs whose step was taken and is still only in shared memory
         self._read: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+        self._started = False
         try:
             self._await_ready(workers)
+            self._started = True
             self._pending = list(range(num_envs))
             self._flush(force=True)
         except BaseException:
@@ -189,6 +208,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         self._processes[index].join(timeout=1)
         raise EnvRunnerError(
             f"worker process of environments {envs} died (exit code {self._processes[index].exitcode})"
+            f"{'' if self._started else unguarded_script_hint()}"
         )
 
     def _collect(self) -> None:
