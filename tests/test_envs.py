@@ -81,3 +81,37 @@ def test_a_discrete_observation_is_one_hot_inside_the_network():
     encoder = make_encoder(gym.spaces.Discrete(4, start=1), "DQN")
     rows = encoder(torch.tensor([1, 4, 2]))
     assert np.array_equal(rows.numpy(), np.eye(4, dtype=np.float32)[[0, 3, 1]])
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+    gym.spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, np.inf]), (2,), np.float64),
+    gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
+    gym.spaces.Discrete(5, start=2),
+    gym.spaces.MultiBinary(6),
+    gym.spaces.MultiDiscrete([3, 4]),
+], ids=str)
+def test_spaces_survive_json(space):
+    from offpolicy.spaces import space_from_json, space_to_json
+
+    assert space_from_json(json.loads(json.dumps(space_to_json(space)))) == space
+
+
+class Unregistered(gym.Wrapper):
+    """An env no registry knows: the run can only be given it as a callable."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+
+
+def test_a_policy_trained_on_a_callable_loads_without_its_env(tmp_path):
+    """The run directory and a saved policy carry the env's spaces, so neither needs the env to load."""
+    from offpolicy import load_policy
+
+    result = train("dqn", env=Unregistered, num_steps=1_000, run_dir=tmp_path / "run", quiet=True, eval_interval=500)
+    result.save(tmp_path / "saved")
+    observations = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    expected = [result.policy.predict(observation) for observation in observations]
+    for where in (tmp_path / "run", tmp_path / "saved"):
+        loaded = load_policy(where, "last").policy
+        assert [loaded.predict(observation) for observation in observations] == expected

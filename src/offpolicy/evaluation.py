@@ -23,7 +23,8 @@ from offpolicy.checkpoint import CheckpointError, Checkpointer, load_state, save
 from offpolicy.config import ConfigError, RunConfig
 from offpolicy.envs import EnvError, EnvSpec, GymEnvFactory, config_env_factory, make_env_factory, probe_spaces
 from offpolicy.policy import Policy
-from offpolicy.training import CONFIG_FILE, load_run_config
+from offpolicy.spaces import read_spaces
+from offpolicy.training import CONFIG_FILE, load_run_config, write_spaces
 
 
 @dataclass
@@ -38,18 +39,26 @@ class LoadedPolicy:
     """That checkpoint's evaluation return during training, if it had one."""
 
 
-def build_policy(config: RunConfig, env: EnvSpec | None, device: str) -> Policy:
-    """A fresh policy shaped for `config`'s agent and the env's spaces."""
-    observation_space, action_space = probe_spaces(make_env_factory(env) if env is not None else config_env_factory(config))
+def build_policy(config: RunConfig, env: EnvSpec | None, device: str, directory: Path | None = None) -> Policy:
+    """A fresh policy shaped for `config`'s agent and the env's spaces: those stored in `directory`, else
+    (or with `env` given) read from a freshly made env."""
+    stored = read_spaces(directory) if directory is not None and env is None else None
+    observation_space, action_space = stored or probe_spaces(
+        make_env_factory(env) if env is not None else config_env_factory(config))
     learner = make_learner(config.agent, observation_space, action_space, config.hyperparameters, device, config.seed)
     return learner.policy()
 
 
-def save_policy(policy: Policy, config: RunConfig, directory: Path | str) -> Path:
-    """Write `policy` and its run config to `directory`, for `load_policy`."""
+def save_policy(
+    policy: Policy, config: RunConfig, directory: Path | str, spaces: tuple[gym.Space, gym.Space] | None = None
+) -> Path:
+    """Write `policy`, its run config and (given) its env's observation and action spaces to `directory`, for
+    `load_policy`; with the spaces stored, loading needs no env."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
+    if spaces is not None:
+        write_spaces(directory, *spaces)
     save_state(directory, "policy", policy.state())
     return directory
 
@@ -60,12 +69,13 @@ def load_policy(
     """Load a policy from a run directory or a saved policy folder.
 
     `checkpoint` picks one of a run's checkpoints: "best" (highest evaluation
-    return), "last", or a step number. `env` is needed only when the run
-    trained on an env given as a callable rather than an id.
+    return), "last", or a step number. The policy is shaped by the spaces stored
+    with the run; `env` is needed only for runs saved without them (by an
+    earlier version) that trained on an env given as a callable.
     """
     path = Path(path)
     config = load_run_config(path)
-    policy = build_policy(config, env, device)
+    policy = build_policy(config, env, device, path)
     if (path / "policy.safetensors").exists():
         policy.update(load_state(path, "policy"))
         return LoadedPolicy(policy, config, None, None)

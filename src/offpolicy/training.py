@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import gymnasium as gym
 import torch
 from threadpoolctl import threadpool_limits
 
@@ -27,6 +28,7 @@ from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
 from offpolicy.presets import preset_config
 from offpolicy.progress import RunProgress
+from offpolicy.spaces import SPACES_FILE, spaces_json
 from offpolicy.sinks import CallbackSink, MetricsLog, TensorBoardLog, tensorboard_writer_class
 from offpolicy.runners.options import BackendOptions
 from offpolicy.runners.ray_actors import import_ray
@@ -49,13 +51,22 @@ class TrainResult:
     """The error that stopped the run cleanly (e.g. a metrics sink or callback that raised), if any."""
     config: RunConfig | None = None
     """The config the run trained with."""
+    spaces: tuple[gym.Space, gym.Space] | None = None
+    """The env's observation and action spaces."""
 
     def save(self, directory: Path | str) -> Path:
         """Write the trained policy and its config to `directory`; `offpolicy.load_policy` reads it back."""
         from offpolicy.evaluation import save_policy
 
         assert self.config is not None
-        return save_policy(self.policy, self.config, directory)
+        return save_policy(self.policy, self.config, directory, self.spaces)
+
+
+def write_spaces(directory: Path, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """Store the env's spaces beside the config, so the policy loads without making the env."""
+    stored = spaces_json(observation_space, action_space)
+    if stored is not None:
+        write_atomically(directory / SPACES_FILE, json.dumps(stored, indent=2))
 
 
 def new_run_dir(config: RunConfig, root: Path = Path("runs"), tag: str | None = None) -> Path:
@@ -178,6 +189,7 @@ def train(
             run_dir = prepare_run_dir(Path(run_dir) if run_dir else new_run_dir(config))
         assert run_dir is not None
         write_atomically(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=2))
+        write_spaces(run_dir, observation_space, action_space)
         checkpointer = Checkpointer(run_dir / "checkpoints", keep_last=config.keep_checkpoints)
         if resume:
             latest = checkpointer.latest
@@ -220,7 +232,8 @@ def train(
     finally:
         stopped = interrupter.reason if progress.step < config.num_steps else None
         events.process(TrainingEnded(progress.step, stopped))
-    return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error, config)
+    return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error, config,
+                       (observation_space, action_space))
 
 
 @contextlib.contextmanager
