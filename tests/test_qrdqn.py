@@ -71,6 +71,20 @@ def test_qrdqn_update_follows_its_equations():
         assert torch.allclose(after, 0.75 * before + 0.25 * online_p.detach(), atol=1e-6)
 
 
+def learned_action_values(learner, seed: int) -> list[float]:
+    """Train on terminal transitions whose reward is -1, 0 or +1 for actions 0, 1, 2 (600 batches of 64);
+    the mean action values the policy then sees."""
+    rng = np.random.default_rng(seed)
+    buffer = TransitionBuffer(2000, seed=seed)
+    actions = rng.integers(3, size=2000)
+    observations = rng.normal(size=(2000, 4)).astype(np.float32)
+    buffer.push(StepBatch.of_transitions(observations, observations, actions, (actions - 1).astype(np.float32),
+                                         np.ones(2000, bool)))
+    for batch in buffer.sample_batches(64, 600):
+        learner.train(batch)
+    return learner.policy().q_values(torch.randn(50, 4)).mean(0).tolist()
+
+
 def test_qrdqn_acts_on_the_mean_of_the_quantiles_and_learns_a_fixed_target():
     learner = QRDQNLearner(OBS, ACTIONS, QRDQNConfig(hidden=32, quantiles=5, lr=3e-3), seed=0)
     policy = learner.policy()
@@ -78,16 +92,7 @@ def test_qrdqn_acts_on_the_mean_of_the_quantiles_and_learns_a_fixed_target():
     expected = learner.q_network(observations).view(20, 3, 5).mean(2).argmax(1)
     assert torch.equal(policy.act(observations, deterministic=True).actions, expected)
     # Terminal transitions with rewards -1 / +1 for actions 0 / 2: the quantiles' means find them.
-    rng = np.random.default_rng(1)
-    buffer = TransitionBuffer(2000, seed=1)
-    actions = rng.integers(3, size=2000)
-    observations = rng.normal(size=(2000, 4)).astype(np.float32)
-    buffer.push(StepBatch.of_transitions(observations, observations, actions, (actions - 1).astype(np.float32),
-                                         np.ones(2000, bool)))
-    for batch in buffer.sample_batches(64, 600):
-        learner.train(batch)
-    q = policy.q_values(torch.randn(50, 4)).mean(0)
-    assert q.tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=0.15)
+    assert learned_action_values(learner, seed=1) == pytest.approx([-1.0, 0.0, 1.0], abs=0.15)
 
 
 def test_qrdqn_checkpoint_round_trip(tmp_path):
@@ -122,14 +127,5 @@ def test_dueling_network_combines_value_and_advantage(atoms):
 def test_dueling_dqn_trains_with_autograd_and_learns_a_fixed_target():
     learner = make_learner("dqn", OBS, ACTIONS, {"hidden": 32, "dueling": True, "lr": 3e-3}, "cpu", 0)
     assert type(learner) is DQNLearner  # the NumPy fast path covers plain MLPs only
-    rng = np.random.default_rng(2)
-    buffer = TransitionBuffer(2000, seed=2)
-    actions = rng.integers(3, size=2000)
-    observations = rng.normal(size=(2000, 4)).astype(np.float32)
-    buffer.push(StepBatch.of_transitions(observations, observations, actions, (actions - 1).astype(np.float32),
-                                         np.ones(2000, bool)))
-    for batch in buffer.sample_batches(64, 600):
-        learner.train(batch)
-    q = learner.policy().q_values(torch.randn(50, 4)).mean(0)
-    assert q.tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=0.15)
+    assert learned_action_values(learner, seed=2) == pytest.approx([-1.0, 0.0, 1.0], abs=0.15)
     assert DQNConfig().dueling is False

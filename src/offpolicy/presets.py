@@ -45,22 +45,32 @@ _ONE_ENV_EVERY_STEP = {
 }
 """One env and one update per step: Stable-Baselines3's defaults for SAC and TD3."""
 
+_CARTPOLE_SCHEDULE = {
+    "num_envs": 8,
+    "autobatch_size": 8,
+    "replay_buffer_size": 100_000,
+    "train_interval": 64,
+    "train_steps": 32,
+    "train_batch_size": 64,
+    "eval_interval": 2_500,
+    "eval_episodes": 5,
+    "warmup_steps": 1_000,
+}
+"""Eight envs, 32 updates of 64 every 64 steps: the default run's schedule, shared by QR-DQN's."""
+
+_LUNARLANDER_DQN = {
+    "strategy": dict(_ONE_ENV_EVERY_STEP, train_interval=4, train_steps=1, replay_buffer_size=50_000,
+                     train_batch_size=128, eval_interval=10_000),
+    "hyperparameters": {"lr": 6.3e-4, "hidden": 256, "tau": 0.01, "exploration_end": 0.1, "exploration_decay": 4_000.0},
+}
+"""RL-Zoo's DQN settings for LunarLander."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dqn-cartpole": {
         "agent": "dqn",
         "env": "CartPole-v1",
         "num_steps": 40_000,
-        "strategy": {
-            "num_envs": 8,
-            "autobatch_size": 8,
-            "replay_buffer_size": 100_000,
-            "train_interval": 64,
-            "train_steps": 32,
-            "train_batch_size": 64,
-            "eval_interval": 2_500,
-            "eval_episodes": 5,
-            "warmup_steps": 1_000,
-        },
+        "strategy": _CARTPOLE_SCHEDULE,
         # RL-Zoo's tuned lr 2.3e-3 with 256-wide layers swings after solving (last four evaluations of
         # 40k-step runs averaged 268 over seeds 0-11); 128 wide with lr 1e-3 stays near 500 (426), gets
         # there as soon (median 13.8k vs 12.5k steps) and updates twice as fast.
@@ -79,17 +89,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "agent": "qrdqn",
         "env": "CartPole-v1",
         "num_steps": 40_000,
-        "strategy": {
-            "num_envs": 8,
-            "autobatch_size": 8,
-            "replay_buffer_size": 100_000,
-            "train_interval": 64,
-            "train_steps": 32,
-            "train_batch_size": 64,
-            "eval_interval": 2_500,
-            "eval_episodes": 5,
-            "warmup_steps": 1_000,
-        },
+        "strategy": _CARTPOLE_SCHEDULE,
         "hyperparameters": {
             "lr": 1e-3,
             "tau": 0.02,
@@ -115,23 +115,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=200_000, train_batch_size=256, warmup_steps=100),
         "hyperparameters": {"lr": 1e-3, "gamma": 0.98},
     },
-    "dqn-lunarlander": {
-        "agent": "dqn",
-        "env": "LunarLander-v3",
-        "num_steps": 100_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, train_interval=4, train_steps=1, replay_buffer_size=50_000,
-                         train_batch_size=128, eval_interval=10_000),
-        "hyperparameters": {"lr": 6.3e-4, "hidden": 256, "tau": 0.01, "exploration_end": 0.1,
-                            "exploration_decay": 4_000.0},
-    },
+    "dqn-lunarlander": {"agent": "dqn", "env": "LunarLander-v3", "num_steps": 100_000, **_LUNARLANDER_DQN},
     "dqn-lunarlander-combined": {
         "agent": "dqn",
         "env": "LunarLander-v3",
         "num_steps": 100_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, train_interval=4, train_steps=1, replay_buffer_size=50_000,
-                         train_batch_size=128, eval_interval=10_000, n_step=3, prioritized=True),
-        "hyperparameters": {"lr": 6.3e-4, "hidden": 256, "tau": 0.01, "exploration_end": 0.1,
-                            "exploration_decay": 4_000.0, "dueling": True},
+        "strategy": dict(_LUNARLANDER_DQN["strategy"], n_step=3, prioritized=True),
+        "hyperparameters": dict(_LUNARLANDER_DQN["hyperparameters"], dueling=True),
     },
     "sac-lunarlander": {
         **_CONTINUOUS,
@@ -142,32 +132,17 @@ PRESETS: dict[str, dict[str, Any]] = {
                          warmup_steps=10_000, eval_interval=10_000),
         "hyperparameters": {"lr": 7.3e-4, "tau": 0.01},
     },
-    "sac-halfcheetah": {
-        **_CONTINUOUS,
-        "agent": "sac",
-        "env": "HalfCheetah-v5",
-        "num_steps": 1_000_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
-                         warmup_steps=10_000, eval_interval=10_000),
-        "hyperparameters": {},
-    },
-    "sac-hopper": {
-        **_CONTINUOUS,
-        "agent": "sac",
-        "env": "Hopper-v5",
-        "num_steps": 1_000_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
-                         warmup_steps=10_000, eval_interval=10_000),
-        "hyperparameters": {},
-    },
-    "sac-walker2d": {
-        **_CONTINUOUS,
-        "agent": "sac",
-        "env": "Walker2d-v5",
-        "num_steps": 1_000_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
-                         warmup_steps=10_000, eval_interval=10_000),
-        "hyperparameters": {},
+    **{
+        f"sac-{name.lower()}": {
+            **_CONTINUOUS,
+            "agent": "sac",
+            "env": f"{name}-v5",
+            "num_steps": 1_000_000,
+            "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                             warmup_steps=10_000, eval_interval=10_000),
+            "hyperparameters": {},
+        }
+        for name in ("HalfCheetah", "Hopper", "Walker2d")
     },
     **{
         f"td3-{name.lower()}": {
