@@ -22,9 +22,32 @@ class EnvError(ValueError):
     """An environment cannot be made or does not fit the agent; the message says why."""
 
 
+ENV_FAMILIES = {
+    "MinAtar": ("minatar.gym", "register_envs", "minatar"),
+}
+"""Env id namespaces whose package registers its envs only when asked (Gymnasium 1 loads no plugins): the
+module, its registration function and our extra that installs it."""
+
+
+def register_env_family(env_id: str) -> None:
+    """Register the family `env_id` belongs to (MinAtar/...), if it is one of `ENV_FAMILIES` and not done."""
+    family = ENV_FAMILIES.get(env_id.split("/", 1)[0]) if "/" in env_id else None
+    if family is None or env_id in gym.registry:
+        return
+    module_name, function, extra = family
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise EnvError(f"environment {env_id!r} needs a package that is missing; install it with: "
+                       f"pip install 'offpolicy[{extra}]'") from None
+    getattr(module, function)()
+
+
 def import_env_modules(env_id: str, packages: Sequence[str] = ()) -> None:
-    """Import what registers `env_id`: each of `packages`, and the module of a `module:EnvId` id (Gymnasium's
-    form), so that their registrations run in this process."""
+    """Import what registers `env_id`: each of `packages`, the module of a `module:EnvId` id (Gymnasium's
+    form) and the package of a known family (`ENV_FAMILIES`), so that their registrations run in this
+    process."""
+    register_env_family(env_id.split(":", 1)[-1])
     modules = list(packages) + ([env_id.split(":", 1)[0]] if ":" in env_id else [])
     for module in modules:
         try:

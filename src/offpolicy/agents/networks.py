@@ -3,9 +3,10 @@ networks made of them (Q-network, dueling Q-network, actor, twin critic).
 
 The encoder turns a batch of observations as stored (any dtype and shape) into
 float feature rows; everything after it is sized from `encoder.features`, so an
-agent never looks at the observation's shape itself. Flat vectors (a Box or
-MultiBinary of any shape) are flattened, a Discrete observation becomes a one-hot
-row; other kinds of observation plug in here as encoders of their own.
+agent never looks at the observation's shape itself. Images (uint8 or bool Boxes
+of three dimensions) go through convolutions, other Boxes and MultiBinary
+observations are flattened, a Discrete observation becomes a one-hot row; other
+kinds of observation plug in here as encoders of their own.
 """
 
 from __future__ import annotations
@@ -53,8 +54,58 @@ class OneHotEncoder(Encoder):
         return F.one_hot(observations.reshape(-1).long() - self.start, self.features).to(torch.float32)
 
 
+def image_layout(space: gym.Space) -> tuple[int, int, int, bool] | None:
+    """(channels, height, width, channels_last) when `space` holds images, as Gymnasium and Stable-Baselines3
+    judge them: a 3-dimensional Box of uint8 in [0, 255] or of bool; the channels are the smaller end
+    dimension (the last where both ends are equal, as Gymnasium renders them). None otherwise."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+        return None
+    if space.dtype == np.bool_:
+        pass
+    elif space.dtype != np.uint8 or np.any(space.low != 0) or np.any(space.high != 255):
+        return None
+    first, height, last = space.shape
+    if first < last:
+        return first, height, last, False
+    return last, first, height, True
+
+
+class ImageEncoder(Encoder):
+    """Images to feature rows through convolutions, scaled to [0, 1] inside the network (on the learner's
+    device), channels moved first where the env gives them last.
+
+    Frames of 36 pixels or more a side get the Nature-DQN stack (Mnih et al., 2015: 32 8x8 filters with
+    stride 4, 64 4x4 with stride 2, 64 3x3); smaller grids, such as MinAtar's 10x10, one layer of 16 3x3
+    filters (Young and Tian, 2019). The MLP after the encoder plays the fully connected layers.
+    """
+
+    def __init__(self, observation_space: gym.spaces.Box) -> None:
+        super().__init__()
+        layout = image_layout(observation_space)
+        assert layout is not None
+        channels, height, width, self.channels_last = layout
+        self.scale = 1.0 if observation_space.dtype == np.bool_ else 1.0 / 255.0
+        if min(height, width) >= 36:
+            self.convolutions = nn.Sequential(
+                nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+                nn.Flatten(),
+            )
+        else:
+            self.convolutions = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            self.features = int(self.convolutions(torch.zeros(1, channels, height, width)).shape[1])
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        images = observations.permute(0, 3, 1, 2) if self.channels_last else observations
+        return self.convolutions(images.to(torch.float32) * self.scale)
+
+
 def make_encoder(observation_space: gym.Space, agent: str) -> Encoder:
     """The encoder for `observation_space`, or an error naming the agent and the space it cannot take."""
+    if image_layout(observation_space) is not None:
+        return ImageEncoder(observation_space)
     if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return FlattenEncoder(observation_space)
     if isinstance(observation_space, gym.spaces.Discrete):
