@@ -151,6 +151,17 @@ def test_an_image_observation_gets_a_convolutional_network():
     assert not isinstance(make_encoder(gym.spaces.Box(0.0, 1.0, (10, 10, 3), np.float32), "DQN"), ImageEncoder)
 
 
+def test_the_network_option_overrides_the_choice():
+    from offpolicy.agents.networks import FlattenEncoder, ImageEncoder, make_encoder
+
+    image = gym.spaces.Box(0, 255, (10, 10, 1), np.uint8)
+    assert isinstance(make_encoder(image, "DQN", "mlp"), FlattenEncoder)
+    assert isinstance(make_encoder(image, "DQN", "cnn"), ImageEncoder)
+    result = train("dqn", env=BrightSide, num_steps=300, save=False, quiet=True, network="mlp", warmup_steps=100,
+                   eval_interval=300, eval_episodes=1)
+    assert isinstance(result.learner.q_network.encoder, FlattenEncoder)
+
+
 def test_dqn_learns_from_pixels():
     """Which half of the image holds the bright pixel decides the paying action: a convolutional DQN finds it
     (evaluation return 1 of 1) within 1,500 one-step episodes (seeds 0-5 all at the first evaluation, 500)."""

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(or --preset), then from the options given. Defaults shown are the bare `offpolicy train` ones.",
     )
     train.add_argument("agent", nargs="?", help=f"agent: {', '.join(AGENTS)} (default: dqn, or the preset's)")
-    train.add_argument("env", nargs="?", help="Gymnasium env id, or MODULE:ENV_ID to import the module that registers it (default: CartPole-v1, or the preset's)")
+    train.add_argument("env", nargs="?", help="Gymnasium env id, or MODULE:ENV_ID to import the module that "
+                       "registers it (default: CartPole-v1, or the preset's)")
     train.add_argument("--env-kwargs", nargs="+", metavar="KEY=VALUE", type=_env_argument,
                        help="arguments for the env's constructor, e.g. map_name=8x8 is_slippery=false "
                        "(values read as JSON where they parse, as text otherwise)")

@@ -11,8 +11,12 @@ from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
 
 
+NETWORKS = ("auto", "mlp", "cnn")
+"""The observation encoders one may ask for (`agents.networks.make_encoder`)."""
+
+
 def validate_common(config: object) -> None:
-    """The rules every agent shares for lr, gamma, tau, hidden and layers."""
+    """The rules every agent shares for lr, gamma, tau, hidden, layers and network."""
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
@@ -25,6 +29,9 @@ def validate_common(config: object) -> None:
         raise ConfigError(f"hidden must be at least 1, got {hidden}")
     if layers < 2:
         raise ConfigError(f"layers must be at least 2, got {layers}")
+    network = config.network  # type: ignore[attr-defined]
+    if network not in NETWORKS:
+        raise ConfigError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
 
 
 def discrete_actions(agent: str, action_space: gym.Space) -> int:

@@ -44,6 +44,9 @@ class DQNConfig:
     """Width of each hidden layer."""
     layers: int = 3
     """Linear layers in the Q-network (2 or more)."""
+    network: str = "auto"
+    """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
+    or cnn (convolutions; needs image observations)."""
     exploration_start: float = 0.99
     """Exploration rate (epsilon) at the first step."""
     exploration_end: float = 0.05
@@ -119,7 +122,7 @@ class DQNLearner(PolicyLearner):
         self.config = c = config or DQNConfig()
         c.validate()
         num_actions = discrete_actions("DQN", action_space)
-        encoder = make_encoder(observation_space, "DQN")
+        encoder = make_encoder(observation_space, "DQN", c.network)
         self.device = torch.device(device)
         self.gamma = c.gamma
         torch.manual_seed(seed)

@@ -148,7 +148,7 @@ class FastDQNLearner(DQNLearner):
         if config.dueling:
             return False
         try:
-            return isinstance(make_encoder(observation_space, "DQN"), FlattenEncoder)
+            return isinstance(make_encoder(observation_space, "DQN", config.network), FlattenEncoder)
         except ValueError:
             return False
 

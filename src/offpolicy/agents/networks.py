@@ -102,9 +102,14 @@ class ImageEncoder(Encoder):
         return self.convolutions(images.to(torch.float32) * self.scale)
 
 
-def make_encoder(observation_space: gym.Space, agent: str) -> Encoder:
-    """The encoder for `observation_space`, or an error naming the agent and the space it cannot take."""
-    if image_layout(observation_space) is not None:
+def make_encoder(observation_space: gym.Space, agent: str, network: str = "auto") -> Encoder:
+    """The encoder for `observation_space` (`network` auto, mlp or cnn), or an error naming the agent and
+    the space it cannot take."""
+    image = image_layout(observation_space) is not None
+    if network == "cnn" and not image:
+        raise EnvError(f"network cnn needs image observations (a 3-dimensional Box of uint8 in [0, 255] or of "
+                       f"bool), got {observation_space}")
+    if image and network != "mlp":
         return ImageEncoder(observation_space)
     if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return FlattenEncoder(observation_space)

@@ -48,6 +48,9 @@ class SACConfig:
     """Width of each hidden layer (actor and critics)."""
     layers: int = 3
     """Linear layers in the actor and in each critic (2 or more)."""
+    network: str = "auto"
+    """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
+    or cnn (convolutions; needs image observations)."""
     entropy_coef: float = 0.0
     """Fixed entropy coefficient alpha; 0 tunes it automatically towards entropy -action dims."""
     initial_entropy_coef: float = 1.0
@@ -127,9 +130,9 @@ class SACLearner(PolicyLearner):
         self.gamma = c.gamma
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
-        self.actor = EncodedMLP(make_encoder(observation_space, "SAC"), 2 * action_size, c.hidden, c.layers)
+        self.actor = EncodedMLP(make_encoder(observation_space, "SAC", c.network), 2 * action_size, c.hidden, c.layers)
         self.actor.to(self.device)
-        self.critic = TwinCritic(make_encoder(observation_space, "SAC"), action_size, c.hidden, c.layers)
+        self.critic = TwinCritic(make_encoder(observation_space, "SAC", c.network), action_size, c.hidden, c.layers)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)

@@ -43,6 +43,9 @@ class TD3Config:
     """Width of each hidden layer (actor and critics)."""
     layers: int = 3
     """Linear layers in the actor and in each critic (2 or more)."""
+    network: str = "auto"
+    """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
+    or cnn (convolutions; needs image observations)."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
     exploration_noise: float = 0.1
@@ -113,10 +116,10 @@ class TD3Learner(PolicyLearner):
         self.gamma = c.gamma
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
-        self.actor = EncodedMLP(make_encoder(observation_space, "TD3"), action_size, c.hidden, c.layers)
+        self.actor = EncodedMLP(make_encoder(observation_space, "TD3", c.network), action_size, c.hidden, c.layers)
         self.actor.to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = TwinCritic(make_encoder(observation_space, "TD3"), action_size, c.hidden, c.layers)
+        self.critic = TwinCritic(make_encoder(observation_space, "TD3", c.network), action_size, c.hidden, c.layers)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
