@@ -60,9 +60,8 @@ def image_layout(space: gym.Space) -> tuple[int, int, int, bool] | None:
     dimension (the last where both ends are equal, as Gymnasium renders them). None otherwise."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
         return None
-    if space.dtype == np.bool_:
-        pass
-    elif space.dtype != np.uint8 or np.any(space.low != 0) or np.any(space.high != 255):
+    pixels = space.dtype == np.uint8 and bool(np.all(space.low == 0)) and bool(np.all(space.high == 255))
+    if not (pixels or space.dtype == np.bool_):
         return None
     first, height, last = space.shape
     if first < last:

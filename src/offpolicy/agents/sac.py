@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from offpolicy.agents.common import ActionScale, bounded_box_actions, frozen, soft_update, validate_common
 from offpolicy.agents.exploration import PolicySampling
-from offpolicy.agents.networks import EncodedMLP, TwinCritic, make_encoder
+from offpolicy.agents.networks import EncodedMLP, Encoder, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
 from offpolicy.config import ConfigError
@@ -130,9 +130,13 @@ class SACLearner(PolicyLearner):
         self.gamma = c.gamma
         torch.manual_seed(seed)
         self.scale = ActionScale(action_space).to(self.device)
-        self.actor = EncodedMLP(make_encoder(observation_space, "SAC", c.network), 2 * action_size, c.hidden, c.layers)
+
+        def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
+            return make_encoder(observation_space, "SAC", c.network)
+
+        self.actor = EncodedMLP(encoder(), 2 * action_size, c.hidden, c.layers)
         self.actor.to(self.device)
-        self.critic = TwinCritic(make_encoder(observation_space, "SAC", c.network), action_size, c.hidden, c.layers)
+        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
