@@ -388,9 +388,11 @@ def command_plot(args: argparse.Namespace) -> int:
 
 def command_presets(args: argparse.Namespace) -> int:
     width = max(len(name) for name in PRESETS) + 2
+    agent_width = max(len(values["agent"]) for values in PRESETS.values()) + 2
     env_width = max(len(values["env"]) for values in PRESETS.values()) + 2
     for name, values in PRESETS.items():
-        print(f"{name:<{width}}{values['agent']:<5}{values['env']:<{env_width}}{PRESET_DESCRIPTIONS.get(name, '')}")
+        print(f"{name:<{width}}{values['agent']:<{agent_width}}{values['env']:<{env_width}}"
+              f"{PRESET_DESCRIPTIONS.get(name, '')}")
     return 0
 
 
