@@ -25,6 +25,7 @@ from offpolicy.checkpoint import CheckpointError, NonFiniteStateError
 from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
 from offpolicy.envs import EnvError
 from offpolicy.events import TrainingStarted
+from offpolicy import __version__
 from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, apply_settings, pair_values, preset
 from offpolicy.runners import EnvRunnerError
 
@@ -97,6 +98,7 @@ class OneLineErrors(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrors(prog="offpolicy", description="Train off-policy RL agents, fast.", allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"offpolicy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     base = preset("dqn-cartpole")
