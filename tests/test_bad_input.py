@@ -83,6 +83,7 @@ CASES = [
     ("convolutions without images", ["train", "dqn", "CartPole-v1", "--network", "cnn"],
      "network cnn needs image observations (a 3-dimensional Box of uint8 in [0, 255] or of bool), got Box("),
     ("unknown network", ["train", "--network", "resnet"], "network must be one of auto, mlp, cnn, got 'resnet'"),
+    ("unknown activation", ["train", "--activation", "swish"], "activation must be one of relu, tanh, elu, gelu, got 'swish'"),
     ("env id registered nowhere", ["train", "dqn", "Maze-v0"],
      "unknown environment id 'Maze-v0'; an env of your own: --env-package PACKAGE or MODULE:ENV_ID"),
     ("SAC on discrete actions", ["train", "sac", "CartPole-v1"], "SAC needs a bounded Box action space, got Discrete(2)"),

@@ -162,6 +162,23 @@ def test_the_network_option_overrides_the_choice():
     assert isinstance(result.learner.q_network.encoder, FlattenEncoder)
 
 
+@pytest.mark.parametrize("agent", ["dqn", "sac"])
+def test_the_activation_is_a_choice(agent):
+    """--activation reaches every network of the agent; DQN's NumPy fast path, written for ReLU, steps aside."""
+    from offpolicy.agents import make_learner
+
+    actions = gym.spaces.Discrete(2) if agent == "dqn" else gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    learner = make_learner(agent, gym.spaces.Box(-1.0, 1.0, (4,), np.float32), actions, {"activation": "tanh"}, "cpu", 0)
+    networks = [learner.q_network] if agent == "dqn" else [learner.actor]
+    for network in networks:
+        kinds = {type(module) for module in network.modules()}
+        assert torch.nn.Tanh in kinds and torch.nn.ReLU not in kinds
+    if agent == "dqn":
+        assert type(learner).__name__ == "DQNLearner"
+    else:
+        assert learner.critic.activation is torch.tanh
+
+
 def test_dqn_learns_from_pixels():
     """Which half of the image holds the bright pixel decides the paying action: a convolutional DQN finds it
     (evaluation return 1 of 1) within 1,500 one-step episodes (seeds 0-5 all at the first evaluation, 500)."""

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from offpolicy.agents.networks import ACTIVATIONS
 from offpolicy.config import ConfigError
 from offpolicy.envs import EnvError
 
@@ -16,7 +17,7 @@ NETWORKS = ("auto", "mlp", "cnn")
 
 
 def validate_common(config: object) -> None:
-    """The rules every agent shares for lr, gamma, tau, hidden, layers and network."""
+    """The rules every agent shares for lr, gamma, tau, hidden, layers, network and activation."""
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
@@ -32,6 +33,9 @@ def validate_common(config: object) -> None:
     network = config.network  # type: ignore[attr-defined]
     if network not in NETWORKS:
         raise ConfigError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    activation = config.activation  # type: ignore[attr-defined]
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
 
 
 def discrete_actions(agent: str, action_space: gym.Space) -> int:

@@ -47,6 +47,8 @@ class DQNConfig:
     network: str = "auto"
     """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
     or cnn (convolutions; needs image observations)."""
+    activation: str = "relu"
+    """The activation between hidden layers: relu, tanh, elu or gelu."""
     exploration_start: float = 0.99
     """Exploration rate (epsilon) at the first step."""
     exploration_end: float = 0.05
@@ -136,7 +138,8 @@ class DQNLearner(PolicyLearner):
 
     def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:
         """The Q-network: one value per action."""
-        return q_network(encoder, num_actions, self.config.hidden, self.config.layers, self.config.dueling)
+        c = self.config
+        return q_network(encoder, num_actions, c.hidden, c.layers, c.dueling, activation=c.activation)
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config

@@ -117,13 +117,18 @@ def make_encoder(observation_space: gym.Space, agent: str, network: str = "auto"
     raise EnvError(f"{agent} needs a Box, Discrete or MultiBinary observation space, got {observation_space}")
 
 
-def mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:
-    """`layers` linear layers of width `hidden` with ReLU between them."""
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
+"""The activations between hidden layers one may ask for (`--activation`)."""
+_FUNCTIONAL = {"relu": torch.relu, "tanh": torch.tanh, "elu": F.elu, "gelu": F.gelu}
+
+
+def mlp(inputs: int, outputs: int, hidden: int, layers: int, activation: str = "relu") -> nn.Sequential:
+    """`layers` linear layers of width `hidden` with `activation` between them."""
     sizes = [inputs] + [hidden] * (layers - 1) + [outputs]
     modules: list[nn.Module] = []
     for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
         if index:
-            modules.append(nn.ReLU())
+            modules.append(ACTIVATIONS[activation]())
         modules.append(nn.Linear(fan_in, fan_out))
     return nn.Sequential(*modules)
 
@@ -139,8 +144,8 @@ class EncodedMLP(nn.Sequential):
 
     encoder: Encoder
 
-    def __init__(self, encoder: Encoder, outputs: int, hidden: int, layers: int) -> None:
-        head = mlp(encoder.features, outputs, hidden, layers)
+    def __init__(self, encoder: Encoder, outputs: int, hidden: int, layers: int, activation: str = "relu") -> None:
+        head = mlp(encoder.features, outputs, hidden, layers, activation)
         super().__init__(OrderedDict([("encoder", encoder), *((str(i), layer) for i, layer in enumerate(head))]))
 
     @property
@@ -149,12 +154,14 @@ class EncodedMLP(nn.Sequential):
         return list(self)[1:]
 
 
-def q_network(encoder: Encoder, actions: int, hidden: int, layers: int, dueling: bool, atoms: int = 1) -> nn.Module:
+def q_network(
+    encoder: Encoder, actions: int, hidden: int, layers: int, dueling: bool, atoms: int = 1, activation: str = "relu"
+) -> nn.Module:
     """A network from observations to `atoms` values per action, shape (batch, actions * atoms), action-major:
     a plain MLP, or with `dueling` separate value and advantage heads."""
     if dueling:
-        return DuelingQNetwork(encoder, actions, hidden, layers, atoms)
-    return EncodedMLP(encoder, actions * atoms, hidden, layers)
+        return DuelingQNetwork(encoder, actions, hidden, layers, atoms, activation)
+    return EncodedMLP(encoder, actions * atoms, hidden, layers, activation)
 
 
 class DuelingQNetwork(nn.Module):
@@ -162,11 +169,14 @@ class DuelingQNetwork(nn.Module):
     `layers - 1` layers shared by a value head and an advantage head; with `atoms` > 1 each of V and A
     has that many values (quantiles), combined atom by atom."""
 
-    def __init__(self, encoder: Encoder, actions: int, hidden: int, layers: int, atoms: int = 1) -> None:
+    def __init__(
+        self, encoder: Encoder, actions: int, hidden: int, layers: int, atoms: int = 1, activation: str = "relu"
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.actions, self.atoms = actions, atoms
-        self.trunk = nn.Sequential(mlp(encoder.features, hidden, hidden, layers - 1), nn.ReLU())
+        trunk = mlp(encoder.features, hidden, hidden, layers - 1, activation)
+        self.trunk = nn.Sequential(trunk, ACTIVATIONS[activation]())
         self.value = nn.Linear(hidden, atoms)
         self.advantage = nn.Linear(hidden, actions * atoms)
 
@@ -185,8 +195,11 @@ class TwinCritic(nn.Module):
     overhead, that is a large part of an update's time.
     """
 
-    def __init__(self, encoder: Encoder, action_size: int, hidden: int, layers: int, copies: int = 2) -> None:
+    def __init__(
+        self, encoder: Encoder, action_size: int, hidden: int, layers: int, copies: int = 2, activation: str = "relu"
+    ) -> None:
         super().__init__()
+        self.activation = _FUNCTIONAL[activation]  # a function, not a module: one call less per layer
         sizes = [encoder.features + action_size] + [hidden] * (layers - 1) + [1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -205,5 +218,5 @@ class TwinCritic(nn.Module):
         for index, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             hidden = torch.baddbmm(bias, hidden, weight)
             if index < last:
-                hidden = hidden.relu()
+                hidden = self.activation(hidden)
         return hidden.squeeze(-1)

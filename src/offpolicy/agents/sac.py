@@ -51,6 +51,8 @@ class SACConfig:
     network: str = "auto"
     """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
     or cnn (convolutions; needs image observations)."""
+    activation: str = "relu"
+    """The activation between hidden layers: relu, tanh, elu or gelu."""
     entropy_coef: float = 0.0
     """Fixed entropy coefficient alpha; 0 tunes it automatically towards entropy -action dims."""
     initial_entropy_coef: float = 1.0
@@ -134,9 +136,9 @@ class SACLearner(PolicyLearner):
         def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
             return make_encoder(observation_space, "SAC", c.network)
 
-        self.actor = EncodedMLP(encoder(), 2 * action_size, c.hidden, c.layers)
+        self.actor = EncodedMLP(encoder(), 2 * action_size, c.hidden, c.layers, c.activation)
         self.actor.to(self.device)
-        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers)
+        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers, activation=c.activation)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)

@@ -46,6 +46,8 @@ class TD3Config:
     network: str = "auto"
     """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
     or cnn (convolutions; needs image observations)."""
+    activation: str = "relu"
+    """The activation between hidden layers: relu, tanh, elu or gelu."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
     exploration_noise: float = 0.1
@@ -120,10 +122,10 @@ class TD3Learner(PolicyLearner):
         def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
             return make_encoder(observation_space, "TD3", c.network)
 
-        self.actor = EncodedMLP(encoder(), action_size, c.hidden, c.layers)
+        self.actor = EncodedMLP(encoder(), action_size, c.hidden, c.layers, c.activation)
         self.actor.to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers)
+        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers, activation=c.activation)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
