@@ -54,6 +54,14 @@ def test_an_env_of_ones_own_with_arguments_from_the_command_line(tmp_path):
     assert stored["env"] == "registered_envs:Corridor-v0" and stored["env_kwargs"] == {"length": 3}
 
 
+def test_output_cut_short_by_its_reader_is_no_error():
+    """`offpolicy presets | head -1`: the reader leaves before we are done writing (here, before we start)."""
+    process = subprocess.Popen([OFFPOLICY, "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    process.stdout.close()
+    _, errors = process.communicate(timeout=60)
+    assert process.returncode == 0 and b"Traceback" not in errors, errors.decode()
+
+
 def test_help_documents_every_field_with_default():
     text = run("train", "--help").stdout
     for option in ("--num-envs", "--autobatch-size", "--replay-buffer-size", "--train-interval", "--train-steps",

@@ -13,6 +13,7 @@ import difflib
 import dataclasses
 import inspect
 import json
+import os
 import sys
 import textwrap
 import traceback
@@ -417,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("offpolicy: stopped at once (second Ctrl-C); the last checkpoint is intact", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # whoever read our output stopped reading (`offpolicy presets | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flushes nowhere, quietly
+        return 0
 
 
 if __name__ == "__main__":
