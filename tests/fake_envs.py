@@ -162,3 +162,30 @@ class RecordingEnv(CountingEnv):
         with self.counts.get_lock():
             self.counts[self.index] += 1
         return super().step(action)
+
+
+class DictCountingEnv(CountingEnv):
+    """`CountingEnv` with a Dict observation of every storable kind, each holding the step or the tag: an image
+    filled with the step (uint8), [step, tag] (float64, stored as float32), the step mod 3 (Discrete) and a
+    nested Tuple of a MultiBinary and a float32 Box. Any mix-up of bytes between keys or steps shows."""
+
+    def __init__(self, length: int = 5, tag: float = 0.0, truncate: bool = False) -> None:
+        super().__init__(length, tag, truncate)
+        spaces = gym.spaces
+        self.observation_space = spaces.Dict({
+            "frame": spaces.Box(0, 255, (6, 6, 1), np.uint8),
+            "state": spaces.Box(-1e6, 1e6, (2,), np.float64),
+            "phase": spaces.Discrete(3),
+            "extra": spaces.Tuple((spaces.MultiBinary(3), spaces.Box(-1e6, 1e6, (1,), np.float32))),
+        })
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "frame": np.full((6, 6, 1), self.t, np.uint8),
+            "state": np.array([self.t, self.tag], np.float64),
+            "phase": self.t % 3,
+            "extra": (np.array([1, 0, self.t % 2], np.int8), np.array([-self.t], np.float32)),
+        }
+
+
+gym.register("DictCounting-v0", entry_point=DictCountingEnv)

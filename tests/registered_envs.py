@@ -1,9 +1,10 @@
-"""A package of envs of a user's own: importing it registers `Corridor-v0`, for the tests of `module:EnvId`
-ids and `--env-package`."""
+"""A package of envs of a user's own: importing it registers `Corridor-v0`, and Dict-observation versions of
+CartPole and Pendulum, for the tests of `module:EnvId` ids, `--env-package` and Dict observations."""
 
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 
 
 class Corridor(gym.Env):
@@ -27,3 +28,78 @@ class Corridor(gym.Env):
 
 
 gym.register("Corridor-v0", entry_point=Corridor, max_episode_steps=30)
+
+
+class SplitObservation(gym.ObservationWrapper):
+    """A Box observation handed over as a Dict: its first `head` values under `head`, the rest under `tail`,
+    and with `frame` a 7x7 grey image with one lit pixel placed by the first two values, so that the Dict
+    mixes dtypes and an image."""
+
+    def __init__(self, env: gym.Env, head: int = 2, frame: bool = False) -> None:
+        super().__init__(env)
+        box = env.observation_space
+        self.head, self.frame = head, frame
+        keys = {"head": gym.spaces.Box(box.low[:head], box.high[:head], dtype=np.float32),
+                "tail": gym.spaces.Box(box.low[head:], box.high[head:], dtype=np.float32)}
+        if frame:
+            keys["frame"] = gym.spaces.Box(0, 255, (7, 7, 1), np.uint8)
+        self.observation_space = gym.spaces.Dict(keys)
+
+    def observation(self, observation):
+        split = {"head": observation[: self.head], "tail": observation[self.head :]}
+        if self.frame:
+            image = np.zeros((7, 7, 1), np.uint8)
+            row, column = (np.tanh(observation[:2]) * 3 + 3).round().astype(int)
+            image[row, column] = 255
+            split["frame"] = image
+        return split
+
+
+def split_env(env_id: str, head: int = 2, frame: bool = False) -> gym.Env:
+    return SplitObservation(gym.make(env_id), head, frame)
+
+
+gym.register("SplitCartPole-v0", entry_point=split_env, kwargs={"env_id": "CartPole-v1"})
+gym.register("SplitPendulum-v0", entry_point=split_env, kwargs={"env_id": "Pendulum-v1"})
+
+
+class GoalLine(gym.Env):
+    """Seven cells in a row: the agent starts in the middle and must walk to a goal drawn anew each episode.
+    The goal is seen only in an image (a 7x7 frame with one lit pixel), the agent's cell only in a vector,
+    so acting well takes both keys of the Dict. Each step costs 0.1, reaching the goal pays 1 and ends the
+    episode; episodes are cut after 20 steps. Actions step one cell left or right (best mean return 0.9),
+    or with `continuous` are a Box in [-1, 1] moving up to three cells (best mean return 1)."""
+
+    def __init__(self, continuous: bool = False) -> None:
+        self.observation_space = gym.spaces.Dict({
+            "goal": gym.spaces.Box(0, 255, (7, 7, 1), np.uint8),
+            "position": gym.spaces.Box(0.0, 1.0, (1,), np.float32),
+        })
+        self.continuous = continuous
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous else gym.spaces.Discrete(2)
+        self.cell = self.goal = 3
+
+    def _observation(self):
+        image = np.zeros((7, 7, 1), np.uint8)
+        image[3, self.goal] = 255
+        return {"goal": image, "position": np.array([self.cell / 6], np.float32)}
+
+    def _move(self, action) -> int:
+        """Discrete: 0 left, 1 right; continuous: a move of round(3 * action) cells (left below zero)."""
+        if self.continuous:
+            return int(np.round(3 * float(np.clip(action, -1.0, 1.0)[0])))
+        return 1 if action == 1 else -1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell = 3
+        self.goal = int(self.np_random.choice([0, 1, 2, 4, 5, 6]))
+        return self._observation(), {}
+
+    def step(self, action):
+        self.cell = min(6, max(0, self.cell + self._move(action)))
+        reached = self.cell == self.goal
+        return self._observation(), 1.0 if reached else -0.1, reached, False, {}
+
+
+gym.register("GoalLine-v0", entry_point=GoalLine, max_episode_steps=20)

@@ -70,8 +70,6 @@ CASES = [
     ("unknown agent", ["train", "sarsa"], "unknown agent 'sarsa'; available: dqn, qrdqn, sac, td3"),
     ("unknown command", ["trian"], "argument command: invalid choice: 'trian'"),
     ("DQN on continuous actions", ["train", "dqn", "Pendulum-v1"], "DQN needs a Discrete action space, got Box"),
-    ("DQN on a Tuple observation", ["train", "dqn", "Blackjack-v1"],
-     "DQN needs a Box, Discrete or MultiBinary observation space, got Tuple"),
     ("env argument without a value", ["train", "dqn", "FrozenLake-v1", "--env-kwargs", "is_slippery"],
      "argument --env-kwargs: expected KEY=VALUE, got 'is_slippery'"),
     ("env argument the env does not take", ["train", "dqn", "FrozenLake-v1", "--env-kwargs", "slippery=false"],

@@ -35,8 +35,8 @@ LEARNERS = [DQNLearner, FastDQNLearner]
 def test_unsupported_spaces_are_named():
     with pytest.raises(EnvError, match=r"DQN needs a Discrete action space, got Box"):
         DQNLearner(OBS, gym.spaces.Box(-1, 1, (2,)))
-    with pytest.raises(EnvError, match=r"Box, Discrete or MultiBinary observation space, got Tuple"):
-        DQNLearner(gym.spaces.Tuple([gym.spaces.Discrete(4)]), ACTIONS)
+    with pytest.raises(EnvError, match=r"Box, Discrete, MultiBinary, Dict or Tuple observation space, got Text"):
+        DQNLearner(gym.spaces.Text(5), ACTIONS)
 
 
 def test_bad_hyperparameter_is_named():

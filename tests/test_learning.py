@@ -59,3 +59,19 @@ def test_sac_with_three_step_returns_learns_pendulum():
     values["strategy"]["n_step"] = 3
     result = train_until(RunConfig(**values), -250)
     assert result.stats.best_eval_return >= -250, f"best evaluation return {result.stats.best_eval_return}"
+
+
+GOAL_LINE = {"num_envs": 4, "autobatch_size": 4, "eval_interval": 1_000, "eval_episodes": 10, "train_interval": 4,
+             "replay_buffer_size": 10_000, "warmup_steps": 500}
+
+
+@pytest.mark.parametrize("agent, continuous, train_steps, batch", [("dqn", False, 2, 256), ("sac", True, 4, 64)])
+def test_agents_learn_from_an_image_key_and_a_vector_key(agent, continuous, train_steps, batch):
+    """GoalLine shows the goal only in an image and the agent's cell only in a vector: DQN and SAC reach a mean
+    return of 0.8 (the best is 0.9 and 1; ignoring either key gives about -0.5). Seeds 0-5 reached it by
+    1,000 steps (DQN) and 4,000-5,000 (SAC) of the 8,000."""
+    config = RunConfig(agent=agent, env="registered_envs:GoalLine-v0", env_kwargs={"continuous": continuous},
+                       num_steps=8_000, strategy=dict(GOAL_LINE, train_steps=train_steps, train_batch_size=batch),
+                       hyperparameters={"lr": 1e-3} | ({"exploration_decay": 1_500.0} if agent == "dqn" else {}))
+    result = train_until(config, 0.8)
+    assert result.stats.best_eval_return >= 0.8, f"best evaluation return {result.stats.best_eval_return}"

@@ -238,3 +238,18 @@ def test_dqn_learns_cartpole_on_ray():
     values["num_steps"] = 60_000
     result = train_until(RunConfig(**values), 200)
     assert result.stats.best_eval_return >= 200, result.stats.best_eval_return
+
+
+def test_ray_actors_carry_dict_observations_intact():
+    from fake_envs import DictCountingEnv
+    from offpolicy import RunConfig, train
+    from test_dict_observations import SMALL, _check_steps
+
+    batches = []
+    config = RunConfig(agent="dqn", env="fake_envs:DictCounting-v0", num_steps=600, ray_actors=2,
+                       strategy=dict(SMALL, backend="ray"))
+    result = train(config, save=False, quiet=True,
+                   callbacks=[lambda event, stats: batches.append(event.steps)
+                              if isinstance(event, StepsCollected) else None])
+    assert result.stats.step == 600 and sum(len(batch) for batch in batches) == 600
+    _check_steps(batches, DictCountingEnv().observation_space)

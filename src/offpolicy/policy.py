@@ -18,6 +18,7 @@ from torch import nn
 if TYPE_CHECKING:
     from offpolicy.agents.exploration import Exploration
     from offpolicy.buffer import TransitionBatch
+    from offpolicy.observations import ObservationLayout
 
 PolicyState = dict[str, torch.Tensor]
 """The acting policy's parameters, as handed from the learner to the acting copies."""
@@ -59,6 +60,9 @@ class Policy(ABC):
     """
 
     device: torch.device
+    observation_layout: "ObservationLayout | None" = None
+    """How the env's observations are stored (`make_learner` sets it), so that `predict` can take a
+    Dict or Tuple observation as the env returns it."""
 
     @abstractmethod
     def act(self, observations: torch.Tensor, deterministic: bool) -> PolicyOutput:
@@ -96,8 +100,15 @@ class Policy(ABC):
         """The action for one observation as the env returned it, ready for `env.step`.
 
         The convenient call for using a trained policy (SB3's `model.predict`):
-        NumPy in, an int (discrete actions) or a NumPy array out, no gradients.
+        NumPy (or a dict of NumPy arrays, for a Dict observation space) in, an int (discrete actions) or a
+        NumPy array out, no gradients.
         """
+        layout = self.observation_layout
+        if layout is not None and layout.structured:
+            observation = layout.pack(observation, "predict()")
+        elif isinstance(observation, (Mapping, tuple)):
+            raise TypeError("this policy was not told its observation space, so it cannot take a dict or "
+                            "tuple observation: load it with offpolicy.load_policy or build it with make_learner")
         actions, _ = self.act_arrays(np.asarray(observation)[None], deterministic)
         return actions[0].item() if actions[0].ndim == 0 else actions[0]
 

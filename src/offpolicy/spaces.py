@@ -1,12 +1,13 @@
 """Observation and action spaces as JSON, stored beside a run's config and a saved policy's, so that a
 policy can be rebuilt without making its env (an env given as a callable, or one not installed here).
 
-Box, Discrete, MultiBinary and MultiDiscrete are written; a space of another kind is not, and loading
-then makes the env to read its spaces as before.
+Box, Discrete, MultiBinary and MultiDiscrete are written, and Dict and Tuple spaces of them (keys kept in
+order); a space of another kind is not, and loading then makes the env to read its spaces as before.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,14 @@ def space_to_json(space: gym.Space) -> dict[str, Any] | None:
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
                 "dtype": str(space.dtype)}
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        items = list(space.spaces.items()) if isinstance(space, gym.spaces.Dict) else list(enumerate(space.spaces))
+        parts = [(key, space_to_json(subspace)) for key, subspace in items]
+        if any(part is None for _, part in parts):
+            return None
+        if isinstance(space, gym.spaces.Tuple):
+            return {"type": "Tuple", "spaces": [part for _, part in parts]}
+        return {"type": "Dict", "spaces": [[key, part] for key, part in parts]}  # a list: the order matters
     return None
 
 
@@ -61,6 +70,10 @@ def space_from_json(data: dict[str, Any]) -> gym.Space:
         return gym.spaces.MultiBinary(data["n"])
     if kind == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(data["nvec"], dtype=data.get("dtype", "int64"), start=data.get("start"))
+    if kind == "Dict":
+        return gym.spaces.Dict(OrderedDict((key, space_from_json(part)) for key, part in data["spaces"]))
+    if kind == "Tuple":
+        return gym.spaces.Tuple([space_from_json(part) for part in data["spaces"]])
     raise ValueError(f"unknown space type {kind!r}")
 
 

@@ -19,6 +19,7 @@ from offpolicy.agents.qrdqn import QRDQNConfig, QRDQNLearner, QRDQNPolicy
 from offpolicy.agents.sac import SACConfig, SACLearner, SACPolicy
 from offpolicy.agents.td3 import TD3Config, TD3Learner, TD3Policy
 from offpolicy.config import ConfigError, from_dict
+from offpolicy.observations import ObservationLayout
 from offpolicy.policy import PolicyLearner
 
 
@@ -63,7 +64,9 @@ def make_learner(
     spec = agent_spec(name)
     config = from_dict(spec.config_class, hyperparameters, f"the {name} hyperparameters")
     learner_class = spec.learner_for(observation_space, config)
-    return learner_class(observation_space, action_space, config, device=device, seed=seed)
+    learner = learner_class(observation_space, action_space, config, device=device, seed=seed)
+    learner.policy().observation_layout = ObservationLayout(observation_space)
+    return learner
 
 
 __all__ = [

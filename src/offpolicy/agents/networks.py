@@ -5,8 +5,9 @@ The encoder turns a batch of observations as stored (any dtype and shape) into
 float feature rows; everything after it is sized from `encoder.features`, so an
 agent never looks at the observation's shape itself. Images (uint8 or bool Boxes
 of three dimensions) go through convolutions, other Boxes and MultiBinary
-observations are flattened, a Discrete observation becomes a one-hot row; other
-kinds of observation plug in here as encoders of their own.
+observations are flattened, a Discrete observation becomes a one-hot row, and a
+Dict or Tuple observation (stored as one record, `offpolicy.observations`) is
+unpacked key by key, each key encoded by its own kind and the results joined.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from offpolicy.envs import EnvError
+from offpolicy.observations import Leaf, ObservationLayout
 
 
 class Encoder(nn.Module):
@@ -33,9 +35,10 @@ class FlattenEncoder(Encoder):
     """A Box (or MultiBinary) observation of any shape, flattened to one float32 row per observation (no
     parameters)."""
 
-    def __init__(self, observation_space: gym.spaces.Box | gym.spaces.MultiBinary) -> None:
+    def __init__(self, observation_space: gym.spaces.Box | gym.spaces.MultiBinary | None, features: int = 0) -> None:
+        """Sized from `observation_space`, or given the row width `features` directly."""
         super().__init__()
-        self.features = int(np.prod(observation_space.shape))
+        self.features = int(np.prod(observation_space.shape)) if observation_space is not None else features
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return observations.flatten(1).to(torch.float32)
@@ -101,20 +104,68 @@ class ImageEncoder(Encoder):
         return self.convolutions(images.to(torch.float32) * self.scale)
 
 
+class DictEncoder(Encoder):
+    """A Dict or Tuple observation, stored as one record per step: each leaf read back from its stretch of
+    the record (its bytes viewed as its dtype where the record is bytes), encoded by the encoder of its own
+    kind (an image by convolutions, a vector flattened, a Discrete one-hot) and the features joined in the
+    space's key order."""
+
+    def __init__(self, layout: ObservationLayout, encoders: list[Encoder]) -> None:
+        super().__init__()
+        self.leaves: tuple[Leaf, ...] = layout.leaves
+        self.bytes = layout.bytes
+        self.encoders = nn.ModuleList(encoders)
+        self.features = sum(encoder.features for encoder in encoders)
+        self._dtypes = [torch.from_numpy(np.zeros(0, leaf.dtype)).dtype for leaf in self.leaves]
+
+    def unpack(self, records: torch.Tensor) -> list[torch.Tensor]:
+        """Each leaf of a batch of records, shape (batch, *leaf shape)."""
+        parts = []
+        for leaf, dtype in zip(self.leaves, self._dtypes):
+            part = records[:, leaf.start : leaf.stop]
+            if self.bytes:
+                part = part.contiguous().view(dtype)
+            parts.append(part.reshape(-1, *leaf.shape))
+        return parts
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        parts = self.unpack(observations)
+        return torch.cat([encoder(part) for encoder, part in zip(self.encoders, parts)], dim=1)
+
+
 def make_encoder(observation_space: gym.Space, agent: str, network: str = "auto") -> Encoder:
     """The encoder for `observation_space` (`network` auto, mlp or cnn), or an error naming the agent and
     the space it cannot take."""
+    layout = ObservationLayout(observation_space)
+    if layout.structured:
+        return _structured_encoder(layout, agent, network)
     image = image_layout(observation_space) is not None
     if network == "cnn" and not image:
         raise EnvError(f"network cnn needs image observations (a 3-dimensional Box of uint8 in [0, 255] or of "
                        f"bool), got {observation_space}")
-    if image and network != "mlp":
-        return ImageEncoder(observation_space)
-    if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
-        return FlattenEncoder(observation_space)
-    if isinstance(observation_space, gym.spaces.Discrete):
-        return OneHotEncoder(observation_space)
-    raise EnvError(f"{agent} needs a Box, Discrete or MultiBinary observation space, got {observation_space}")
+    return _leaf_encoder(observation_space, agent, network)
+
+
+def _leaf_encoder(space: gym.Space, agent: str, network: str) -> Encoder:
+    if image_layout(space) is not None and network != "mlp":
+        return ImageEncoder(space)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return FlattenEncoder(space)
+    if isinstance(space, gym.spaces.Discrete):
+        return OneHotEncoder(space)
+    raise EnvError(f"{agent} needs a Box, Discrete, MultiBinary, Dict or Tuple observation space, got {space}")
+
+
+def _structured_encoder(layout: ObservationLayout, agent: str, network: str) -> Encoder:
+    """A `DictEncoder`; or, where every leaf is flattened and the record is one dtype, a `FlattenEncoder`
+    over the whole record, which computes the same (the record is the leaves' concatenation)."""
+    encoders = [_leaf_encoder(leaf.stored_space, agent, network) for leaf in layout.leaves]
+    if network == "cnn" and not any(isinstance(encoder, ImageEncoder) for encoder in encoders):
+        raise EnvError(f"network cnn needs an image among the observation's keys (a 3-dimensional Box of uint8 in "
+                       f"[0, 255] or of bool), got {layout.space}")
+    if not layout.bytes and all(type(encoder) is FlattenEncoder for encoder in encoders):
+        return FlattenEncoder(None, features=sum(encoder.features for encoder in encoders))
+    return DictEncoder(layout, encoders)
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from offpolicy.envs import EnvFactory, check_observation, describe_env_failure
+from offpolicy.envs import EnvFactory, describe_env_failure
+from offpolicy.observations import ObservationLayout
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, pop_steps
 from offpolicy.steps import StepBatch, TimeStep
 
@@ -39,7 +40,8 @@ class EnvSession:
     def __init__(self, factory: EnvFactory, env_id: int, seed: int) -> None:
         self.env_id = env_id
         self.env = factory()
-        self.observation_shape = self.env.observation_space.shape
+        self.layout = ObservationLayout(self.env.observation_space)
+        self.observation_shape = self.layout.shape
         self.steps = 0
         self.busy_since = 0.0
         self.call = "reset()"
@@ -48,14 +50,13 @@ class EnvSession:
         self.episode_length = 0
         self.episode_return = 0.0
 
-    def _checked(self, observation: Any) -> Any:
-        if not isinstance(observation, np.ndarray):
-            observation = np.asarray(observation)  # a Discrete space's Python int, a list
+    def _checked(self, observation: Any) -> np.ndarray:
+        """The observation as stored (`ObservationLayout.pack`: a Discrete space's int as an array, a Dict
+        as one record), or an error naming this env."""
         try:
-            check_observation(observation, self.observation_shape, self.call)
+            return self.layout.pack(observation, self.call)
         except ValueError as error:
             raise EnvRunnerError(describe_env_failure(self.env_id, self.call, self.steps, error)) from None
-        return observation
 
     def _guarded(self, call: str, function: Any, *args: Any) -> Any:
         """Run one env call marked busy (for the watchdog); its error names this env and its step."""
@@ -79,7 +80,7 @@ class EnvSession:
         reward, terminated, truncated, episode length, episode return), the fields of `TimeStep` in order."""
         next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
         self.steps += 1
-        if getattr(next_observation, "shape", None) != self.observation_shape:  # the common case costs one compare
+        if getattr(next_observation, "shape", None) != self.observation_shape:  # one compare for plain arrays
             next_observation = self._checked(next_observation)
         reward = float(reward)
         self.episode_length += 1

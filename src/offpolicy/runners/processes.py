@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from offpolicy.envs import EnvFactory
+from offpolicy.observations import ObservationLayout
 from offpolicy.policy import Policy, PolicyState
 from offpolicy.runners.core import EnvRunner, EnvRunnerError, pop_steps
 from offpolicy.runners.watchdog import EnvTimeoutError
@@ -103,7 +104,7 @@ class ProcessMultiEnvRunner(EnvRunner):
         num_envs = len(seeds)
         probe = factory()
         try:
-            observation = np.asarray(probe.observation_space.sample())
+            observation = ObservationLayout(probe.observation_space).pack(probe.observation_space.sample())
             action = np.asarray(probe.action_space.sample())
         finally:
             probe.close()
