@@ -1,0 +1,33 @@
+"""The documentation site builds with `mkdocs build --strict`: a broken link or API reference fails CI."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(root: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"),
+                           "-d", str(site)], capture_output=True, text=True, timeout=300, cwd=root,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def test_the_documentation_builds_strictly_with_its_api_reference(tmp_path):
+    done = build(ROOT, tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    assert "load_policy" in api and "evaluate_policy" in api and "ObservationLayout" in api
+
+
+def test_a_broken_link_fails_the_build(tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("mkdocs.yml", "docs", "src"):
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, copy / name)
+    guide = copy / "docs" / "guide.md"
+    guide.write_text(guide.read_text(encoding="utf-8") + "\nSee [nowhere](no-such-page.md).\n", encoding="utf-8")
+    done = build(copy, tmp_path / "site")
+    assert done.returncode != 0 and "no-such-page.md" in done.stderr
