@@ -82,7 +82,7 @@ def test_squashed_log_prob_matches_torch_distributions():
 
 
 def test_twin_critic_is_two_independent_mlps():
-    critic = TwinCritic(FlattenEncoder(OBS), 2, 8, 3)
+    critic = TwinCritic(FlattenEncoder(OBS), 2, [8, 8])
     observations, actions = torch.randn(10, 3), torch.randn(10, 2)
     q = critic(observations, actions)
     assert q.shape == (2, 10)

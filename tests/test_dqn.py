@@ -167,8 +167,8 @@ def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
     from offpolicy.agents.networks import EncodedMLP, FlattenEncoder
 
     encoder = FlattenEncoder(OBS)
-    assert supports(EncodedMLP(encoder, 3, 8, 3))
-    tanh = EncodedMLP(encoder, 3, 8, 2)
+    assert supports(EncodedMLP(encoder, 3, [8, 8]))
+    tanh = EncodedMLP(encoder, 3, [8])
     tanh[1] = nn.Tanh()
     assert not supports(tanh) and not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
     assert not supports(nn.Sequential(OrderedDict(encoder=nn.Conv2d(1, 1, 1), head=nn.Linear(4, 2))))

@@ -114,7 +114,7 @@ def test_bad_quantiles_are_named():
 @pytest.mark.parametrize("atoms", [1, 4])
 def test_dueling_network_combines_value_and_advantage(atoms):
     torch.manual_seed(0)
-    network = DuelingQNetwork(FlattenEncoder(OBS), 3, 16, 3, atoms)
+    network = DuelingQNetwork(FlattenEncoder(OBS), 3, [16, 16], atoms)
     observations = torch.randn(7, 4)
     q = network(observations).view(7, 3, atoms)
     features = network.trunk(observations)

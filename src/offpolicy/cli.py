@@ -75,9 +75,21 @@ def _add_fields(group: Any, cls: type, names: Sequence[str], defaults: dict[str,
             group.add_argument(_option(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                                help=docs.get(name, "") + shown)
             continue
+        if str(types[name]) == "tuple[int, ...]":
+            group.add_argument(_option(name), dest=name, type=_widths, default=None, metavar="W,W,...",
+                               help=docs.get(name, ""))
+            continue
         kind = {"int": int, "float": float, "str": str}.get(str(types[name]), str)
         group.add_argument(_option(name), dest=name, type=kind, default=None, metavar=kind.__name__.upper(),
                            help=docs.get(name, "") + shown)
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    """`256,256` as (256, 256): layer widths from the command line."""
+    try:
+        return tuple(int(part) for part in text.replace(" ", "").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected widths separated by commas, e.g. 256,256, got {text!r}") from None
 
 
 class OneLineErrors(argparse.ArgumentParser):

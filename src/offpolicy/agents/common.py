@@ -33,9 +33,24 @@ def validate_common(config: object) -> None:
     network = config.network  # type: ignore[attr-defined]
     if network not in NETWORKS:
         raise ConfigError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    for arch in NET_ARCHS:
+        widths = getattr(config, arch, ())
+        if widths and not all(isinstance(width, int) and width >= 1 for width in widths):
+            raise ConfigError(f"{arch} must list whole numbers of at least 1, got {list(widths)}")
     activation = config.activation  # type: ignore[attr-defined]
     if activation not in ACTIVATIONS:
         raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+
+
+NET_ARCHS = ("net_arch", "actor_net_arch", "critic_net_arch")
+"""The fields that may give a network's hidden widths layer by layer (`hidden_widths`)."""
+
+
+def hidden_widths(config: object, arch: str = "net_arch") -> list[int]:
+    """The hidden layers' widths of a network: its `arch` field (`--net-arch 256,256`) where given, else
+    `layers - 1` layers of `hidden`."""
+    widths = list(getattr(config, arch, ()) or ())
+    return widths or [config.hidden] * (config.layers - 1)  # type: ignore[attr-defined]
 
 
 def discrete_actions(agent: str, action_space: gym.Space) -> int:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from offpolicy.agents.common import discrete_actions, soft_update, validate_common
+from offpolicy.agents.common import discrete_actions, hidden_widths, soft_update, validate_common
 from offpolicy.agents.exploration import EpsilonGreedy
 from offpolicy.agents.networks import Encoder, make_encoder, q_network
 from offpolicy.agents.optim import LeanAdam
@@ -44,6 +44,9 @@ class DQNConfig:
     """Width of each hidden layer."""
     layers: int = 3
     """Linear layers in the Q-network (2 or more)."""
+    net_arch: tuple[int, ...] = ()
+    """Widths of the Q-network's hidden layers, e.g. 256,256 (`--net-arch 256,256`); when given, `hidden`
+    and `layers` are not used for it."""
     network: str = "auto"
     """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
     or cnn (convolutions; needs image observations)."""
@@ -139,7 +142,7 @@ class DQNLearner(PolicyLearner):
     def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:
         """The Q-network: one value per action."""
         c = self.config
-        return q_network(encoder, num_actions, c.hidden, c.layers, c.dueling, activation=c.activation)
+        return q_network(encoder, num_actions, hidden_widths(c), c.dueling, activation=c.activation)
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -173,9 +174,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "el
 _FUNCTIONAL = {"relu": torch.relu, "tanh": torch.tanh, "elu": F.elu, "gelu": F.gelu}
 
 
-def mlp(inputs: int, outputs: int, hidden: int, layers: int, activation: str = "relu") -> nn.Sequential:
-    """`layers` linear layers of width `hidden` with `activation` between them."""
-    sizes = [inputs] + [hidden] * (layers - 1) + [outputs]
+def mlp(inputs: int, outputs: int, widths: Sequence[int], activation: str = "relu") -> nn.Sequential:
+    """Linear layers through hidden layers of `widths`, with `activation` between them."""
+    sizes = [inputs, *widths, outputs]
     modules: list[nn.Module] = []
     for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
         if index:
@@ -195,8 +196,8 @@ class EncodedMLP(nn.Sequential):
 
     encoder: Encoder
 
-    def __init__(self, encoder: Encoder, outputs: int, hidden: int, layers: int, activation: str = "relu") -> None:
-        head = mlp(encoder.features, outputs, hidden, layers, activation)
+    def __init__(self, encoder: Encoder, outputs: int, widths: Sequence[int], activation: str = "relu") -> None:
+        head = mlp(encoder.features, outputs, widths, activation)
         super().__init__(OrderedDict([("encoder", encoder), *((str(i), layer) for i, layer in enumerate(head))]))
 
     @property
@@ -206,30 +207,30 @@ class EncodedMLP(nn.Sequential):
 
 
 def q_network(
-    encoder: Encoder, actions: int, hidden: int, layers: int, dueling: bool, atoms: int = 1, activation: str = "relu"
+    encoder: Encoder, actions: int, widths: Sequence[int], dueling: bool, atoms: int = 1, activation: str = "relu"
 ) -> nn.Module:
     """A network from observations to `atoms` values per action, shape (batch, actions * atoms), action-major:
     a plain MLP, or with `dueling` separate value and advantage heads."""
     if dueling:
-        return DuelingQNetwork(encoder, actions, hidden, layers, atoms, activation)
-    return EncodedMLP(encoder, actions * atoms, hidden, layers, activation)
+        return DuelingQNetwork(encoder, actions, widths, atoms, activation)
+    return EncodedMLP(encoder, actions * atoms, widths, activation)
 
 
 class DuelingQNetwork(nn.Module):
-    """Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a') (Wang et al., 2016): an encoder and an MLP trunk of
-    `layers - 1` layers shared by a value head and an advantage head; with `atoms` > 1 each of V and A
+    """Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a') (Wang et al., 2016): an encoder and an MLP trunk through
+    the hidden `widths`, shared by a value head and an advantage head; with `atoms` > 1 each of V and A
     has that many values (quantiles), combined atom by atom."""
 
     def __init__(
-        self, encoder: Encoder, actions: int, hidden: int, layers: int, atoms: int = 1, activation: str = "relu"
+        self, encoder: Encoder, actions: int, widths: Sequence[int], atoms: int = 1, activation: str = "relu"
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.actions, self.atoms = actions, atoms
-        trunk = mlp(encoder.features, hidden, hidden, layers - 1, activation)
+        trunk = mlp(encoder.features, widths[-1], widths[:-1], activation)
         self.trunk = nn.Sequential(trunk, ACTIVATIONS[activation]())
-        self.value = nn.Linear(hidden, atoms)
-        self.advantage = nn.Linear(hidden, actions * atoms)
+        self.value = nn.Linear(widths[-1], atoms)
+        self.advantage = nn.Linear(widths[-1], actions * atoms)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         features = self.trunk(self.encoder(observations))
@@ -247,11 +248,11 @@ class TwinCritic(nn.Module):
     """
 
     def __init__(
-        self, encoder: Encoder, action_size: int, hidden: int, layers: int, copies: int = 2, activation: str = "relu"
+        self, encoder: Encoder, action_size: int, widths: Sequence[int], copies: int = 2, activation: str = "relu"
     ) -> None:
         super().__init__()
         self.activation = _FUNCTIONAL[activation]  # a function, not a module: one call less per layer
-        sizes = [encoder.features + action_size] + [hidden] * (layers - 1) + [1]
+        sizes = [encoder.features + action_size, *widths, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes, sizes[1:]):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from offpolicy.agents.common import soft_update
+from offpolicy.agents.common import hidden_widths, soft_update
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.networks import Encoder, q_network
 from offpolicy.buffer import TransitionBatch
@@ -77,7 +77,7 @@ class QRDQNLearner(DQNLearner):
     def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:
         """`quantiles` outputs per action."""
         c = self.config
-        return q_network(encoder, num_actions, c.hidden, c.layers, c.dueling, atoms=c.quantiles)
+        return q_network(encoder, num_actions, hidden_widths(c), c.dueling, atoms=c.quantiles, activation=c.activation)
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config

@@ -22,7 +22,9 @@ import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
-from offpolicy.agents.common import ActionScale, bounded_box_actions, frozen, soft_update, validate_common
+from offpolicy.agents.common import (
+    ActionScale, bounded_box_actions, frozen, hidden_widths, soft_update, validate_common,
+)
 from offpolicy.agents.exploration import PolicySampling
 from offpolicy.agents.networks import EncodedMLP, Encoder, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
@@ -48,6 +50,12 @@ class SACConfig:
     """Width of each hidden layer (actor and critics)."""
     layers: int = 3
     """Linear layers in the actor and in each critic (2 or more)."""
+    actor_net_arch: tuple[int, ...] = ()
+    """Widths of the actor's hidden layers, e.g. 256,256 (`--actor-net-arch 256,256`); when given, `hidden`
+    and `layers` are not used for it."""
+    critic_net_arch: tuple[int, ...] = ()
+    """Widths of each critic's hidden layers, e.g. 256,256 (`--critic-net-arch 256,256`); when given, `hidden`
+    and `layers` are not used for it."""
     network: str = "auto"
     """How observations are encoded: auto (convolutions for images, else flattened), mlp (always flattened)
     or cnn (convolutions; needs image observations)."""
@@ -136,9 +144,9 @@ class SACLearner(PolicyLearner):
         def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
             return make_encoder(observation_space, "SAC", c.network)
 
-        self.actor = EncodedMLP(encoder(), 2 * action_size, c.hidden, c.layers, c.activation)
+        self.actor = EncodedMLP(encoder(), 2 * action_size, hidden_widths(c, "actor_net_arch"), c.activation)
         self.actor.to(self.device)
-        self.critic = TwinCritic(encoder(), action_size, c.hidden, c.layers, activation=c.activation)
+        self.critic = TwinCritic(encoder(), action_size, hidden_widths(c, "critic_net_arch"), activation=c.activation)
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
