@@ -25,7 +25,7 @@ import numpy as np
 
 from offpolicy.envs import EnvError, ObservationError, check_observation
 
-Path = tuple[Any, ...]
+KeyPath = tuple[Any, ...]
 """Where a leaf sits in a nested observation: Dict keys and Tuple positions, outermost first."""
 
 
@@ -33,7 +33,7 @@ Path = tuple[Any, ...]
 class Leaf:
     """One leaf of a structured observation and where it sits in the packed record."""
 
-    path: Path
+    path: KeyPath
     space: gym.Space
     """The leaf's space as the env declares it."""
     dtype: np.dtype
@@ -57,7 +57,7 @@ class Leaf:
         return space
 
 
-def _leaf_dtype(space: gym.Space, path: Path) -> tuple[np.dtype, tuple[int, ...]]:
+def _leaf_dtype(space: gym.Space, path: KeyPath) -> tuple[np.dtype, tuple[int, ...]]:
     if isinstance(space, gym.spaces.Box):
         dtype = np.dtype(np.float32) if space.dtype == np.float64 else np.dtype(space.dtype)
         return dtype, tuple(space.shape)
@@ -70,7 +70,7 @@ def _leaf_dtype(space: gym.Space, path: Path) -> tuple[np.dtype, tuple[int, ...]
                    f"supported inside a Dict or Tuple: Box, Discrete, MultiBinary, Dict and Tuple")
 
 
-def _walk(space: gym.Space, path: Path) -> Iterator[tuple[Path, gym.Space]]:
+def _walk(space: gym.Space, path: KeyPath) -> Iterator[tuple[KeyPath, gym.Space]]:
     if isinstance(space, gym.spaces.Dict):
         for key, subspace in space.spaces.items():
             yield from _walk(subspace, path + (key,))

@@ -41,7 +41,6 @@ class EnvSession:
         self.env_id = env_id
         self.env = factory()
         self.layout = ObservationLayout(self.env.observation_space)
-        self.observation_shape = self.layout.shape
         self.steps = 0
         self.busy_since = 0.0
         self.call = "reset()"
@@ -80,7 +79,7 @@ class EnvSession:
         reward, terminated, truncated, episode length, episode return), the fields of `TimeStep` in order."""
         next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
         self.steps += 1
-        if getattr(next_observation, "shape", None) != self.observation_shape:  # one compare for plain arrays
+        if getattr(next_observation, "shape", None) != self.layout.shape:  # one compare for plain arrays
             next_observation = self._checked(next_observation)
         reward = float(reward)
         self.episode_length += 1
