@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from custom_networks import SmallEncoder
 
 from offpolicy import OffPolicyConfig, RunConfig, train
 from offpolicy.cli import EXIT_ERROR, main
@@ -110,6 +111,19 @@ CASES = [
     ("resume with a corrupted config", ["train", "--resume", "{tmp}/corrupt_config"], "config.json is not valid JSON"),
     ("resume with changed settings", ["train", "--resume", "{tmp}/finished", "--lr", "0.1"],
      "--resume continues with the run's stored config; --lr cannot change"),
+    ("encoder not named MODULE:NAME", ["train", "--encoder", "MyEncoder"],
+     "--encoder takes MODULE:NAME (e.g. mypkg.nets:MyEncoder), got 'MyEncoder'"),
+    ("encoder module that cannot be imported", ["train", "--encoder", "my_nets:MyEncoder"],
+     "--encoder my_nets:MyEncoder: cannot import my_nets (No module named 'my_nets')"),
+    ("encoder arguments without an encoder", ["train", "--encoder-kwargs", "features=64"],
+     "encoder_kwargs given without encoder: pass the encoder they are for"),
+    ("resume without the run's own encoder", ["train", "--resume", "{tmp}/own_encoder"],
+     "was trained with your encoder custom_networks:SmallEncoder; hand it over to load the run (in Python "
+     "encoder=SmallEncoder; on the command line --encoder custom_networks:SmallEncoder): offpolicy never imports a "
+     "name read from a file"),
+    ("resume with an encoder the run did not use", ["train", "--resume", "{tmp}/finished", "--encoder",
+                                                    "custom_networks:SmallEncoder"],
+     "was trained with the built-in encoder, not custom_networks:SmallEncoder: leave out encoder"),
 ]
 
 
@@ -125,6 +139,7 @@ def workspace(tmp_path_factory):
     config = RunConfig(num_steps=64, strategy=OffPolicyConfig(num_envs=2, autobatch_size=2, train_interval=8,
                                                               replay_buffer_size=64, eval_interval=32))
     train(config, run_dir=tmp / "finished", quiet=True)
+    train(config, run_dir=tmp / "own_encoder", quiet=True, encoder=SmallEncoder)
     for name in ("no_checkpoint", "corrupt_index", "corrupt_weights", "corrupt_config"):
         shutil.copytree(tmp / "finished", tmp / name)
     shutil.rmtree(tmp / "no_checkpoint" / "checkpoints")

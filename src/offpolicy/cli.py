@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--env-package", action="append", metavar="PACKAGE", dest="env_packages",
                        help="import PACKAGE before making envs, so that its env registrations run (repeatable); "
                        "or name the env as MODULE:ENV_ID")
+    train.add_argument("--encoder", metavar="MODULE:NAME",
+                       help="build every network over your own encoder: a class or function in MODULE called with the "
+                       "observation space (and --encoder-kwargs), returning a torch module with an int `features`; "
+                       "resuming such a run takes the same option")
+    train.add_argument("--encoder-kwargs", nargs="+", metavar="KEY=VALUE", type=_env_argument,
+                       help="arguments for --encoder (values read as JSON where they parse, as text otherwise)")
     train.add_argument("--preset", help=f"named settings to start from: {', '.join(PRESETS)}")
     train.add_argument("--config", type=Path, metavar="FILE",
                        help="settings from a file (JSON, TOML or YAML; a run's config.json re-runs it)")
@@ -182,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also record episodes to FILE (.mp4; a .gif when no video encoder is installed)")
     evaluate.add_argument("--video-episodes", type=int, default=1, help="episodes in the video (default: 1)")
     evaluate.add_argument("--device", default="cpu", help="device to act on (default: cpu)")
+    evaluate.add_argument("--encoder", metavar="MODULE:NAME",
+                          help="the encoder of your own the run was trained with (checked against its record)")
     evaluate.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
     plot = commands.add_parser(
@@ -301,7 +309,8 @@ def command_train(args: argparse.Namespace) -> int:
         config = load_run_config(args.resume)
         if args.num_steps is not None:
             config = dataclasses.replace(config, num_steps=args.num_steps)
-        result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet, callbacks=[announce(args.resume)])
+        result = train(config, run_dir=args.resume, resume=True, quiet=args.quiet, callbacks=[announce(args.resume)],
+                       **_encoder_arguments(args))
     else:
         config = resolve_config(args)
         if args.seeds:
@@ -309,8 +318,21 @@ def command_train(args: argparse.Namespace) -> int:
         from offpolicy.training import new_run_dir
 
         run_dir = args.run_dir or new_run_dir(config)
-        result = train(config, run_dir=run_dir, quiet=args.quiet, callbacks=[announce(run_dir)])
+        result = train(config, run_dir=run_dir, quiet=args.quiet, callbacks=[announce(run_dir)],
+                       **_encoder_arguments(args))
     return report(result)
+
+
+def _encoder_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`train`'s encoder and encoder_kwargs from --encoder (imported: the user named it) and --encoder-kwargs."""
+    from offpolicy.agents.custom_encoder import import_encoder
+
+    arguments: dict[str, Any] = {}
+    if getattr(args, "encoder", None):
+        arguments["encoder"] = import_encoder(args.encoder)
+    if getattr(args, "encoder_kwargs", None):
+        arguments["encoder_kwargs"] = dict(args.encoder_kwargs)
+    return arguments
 
 
 def report(result: Any) -> int:
@@ -351,7 +373,7 @@ def train_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     for seed in args.seeds:
         run_dir = Path(parent) / f"s{seed}"
         result = train(dataclasses.replace(config, seed=seed), run_dir=run_dir, quiet=args.quiet,
-                       callbacks=[announce(run_dir)])
+                       callbacks=[announce(run_dir)], **_encoder_arguments(args))
         code = report(result)
         stats = result.stats
         table.add_row(str(seed), f"{stats.step:,}", _shown(stats.last_eval_return), _shown(stats.best_eval_return),
@@ -381,7 +403,7 @@ def command_eval(args: argparse.Namespace) -> int:
     for name in ("episodes", "video_episodes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"{_option(name)} must be at least 1, got {getattr(args, name)}")
-    loaded = load_policy(args.run_dir, args.checkpoint, device=args.device)
+    loaded = load_policy(args.run_dir, args.checkpoint, device=args.device, **_encoder_arguments(args))
     print(f"Policy: {describe_checkpoint(loaded)}")
     config = loaded.config
     result = evaluate_policy(loaded.policy, config_env_factory(config), args.episodes, args.seed)
@@ -417,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, or a usage error already printed on one line
         return int(done.code or 0)
+    if os.getcwd() not in sys.path:  # MODULE:ENV_ID, --env-package, --encoder: a module beside you, as `python -m`
+        sys.path.append(os.getcwd())
     try:
         commands = {"train": command_train, "eval": command_eval, "plot": command_plot, "presets": command_presets}
         return commands[args.command](args)

@@ -134,6 +134,16 @@ class OffPolicyConfig:
         return from_dict(cls, values, "the strategy config")
 
 
+def check_keyword_arguments(values: Any, name: str) -> None:
+    """That `values` (field `name`) maps argument names to JSON values, which config.json can store."""
+    if not isinstance(values, Mapping) or not all(isinstance(key, str) for key in values):
+        raise ConfigError(f"{name} must map argument names to values, got {values!r}")
+    try:
+        json.dumps(dict(values))
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{name} must be JSON values (they are stored in config.json): {error}") from None
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a training run; stored as `RUN_DIR/config.json`."""
@@ -182,6 +192,10 @@ class RunConfig:
     """Collection and training schedule."""
     hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The agent's hyperparameters (overrides of its defaults)."""
+    encoder: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The encoder of your own this run was trained with, for the record: its name (module:qualname) and JSON
+    arguments, written by `train(..., encoder=...)`; empty for the built-in encoders. Loading compares it
+    with the encoder you hand over and never imports it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str):
@@ -189,15 +203,13 @@ class RunConfig:
                 f"RunConfig.env must be a Gymnasium env id, got {self.env!r}; to train on an env factory of your "
                 "own, pass it as train(config, env=...)"
             )
-        if not isinstance(self.env_kwargs, Mapping) or not all(isinstance(key, str) for key in self.env_kwargs):
-            raise ConfigError(f"env_kwargs must map argument names to values, got {self.env_kwargs!r}")
-        try:
-            json.dumps(dict(self.env_kwargs))
-        except (TypeError, ValueError) as error:
-            raise ConfigError(f"env_kwargs must be JSON values (they are stored in config.json): {error}") from None
+        check_keyword_arguments(self.env_kwargs, "env_kwargs")
         if isinstance(self.env_packages, str) or not all(isinstance(name, str) for name in self.env_packages):
             raise ConfigError(f"env_packages must be a list of package names, got {self.env_packages!r}")
         self.env_kwargs, self.env_packages = dict(self.env_kwargs), list(self.env_packages)
+        if not isinstance(self.encoder, Mapping):
+            raise ConfigError(f"encoder must be a record of a custom encoder's name and arguments, got {self.encoder!r}")
+        self.encoder = dict(self.encoder)
         if isinstance(self.strategy, Mapping):
             self.strategy = OffPolicyConfig.from_dict(self.strategy)
         for name in ("num_steps", "torch_threads", "keep_checkpoints"):

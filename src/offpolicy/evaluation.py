@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from offpolicy.agents import make_learner
+from offpolicy.agents.custom_encoder import EncoderFactory, recorded_encoder
 from offpolicy.checkpoint import CheckpointError, Checkpointer, load_state, save_state
 from offpolicy.config import ConfigError, RunConfig
 from offpolicy.envs import EnvError, EnvSpec, GymEnvFactory, config_env_factory, make_env_factory, probe_spaces
@@ -39,13 +40,18 @@ class LoadedPolicy:
     """That checkpoint's evaluation return during training, if it had one."""
 
 
-def build_policy(config: RunConfig, env: EnvSpec | None, device: str, directory: Path | None = None) -> Policy:
+def build_policy(
+    config: RunConfig, env: EnvSpec | None, device: str, directory: Path | None = None,
+    encoder: EncoderFactory | None = None,
+) -> Policy:
     """A fresh policy shaped for `config`'s agent and the env's spaces: those stored in `directory`, else
-    (or with `env` given) read from a freshly made env."""
+    (or with `env` given) read from a freshly made env; built over `encoder` where the run recorded one."""
+    custom = recorded_encoder(config.encoder, encoder, None, str(directory) if directory else "this config")
     stored = read_spaces(directory) if directory is not None and env is None else None
     observation_space, action_space = stored or probe_spaces(
         make_env_factory(env) if env is not None else config_env_factory(config))
-    learner = make_learner(config.agent, observation_space, action_space, config.hyperparameters, device, config.seed)
+    learner = make_learner(config.agent, observation_space, action_space, config.hyperparameters, device, config.seed,
+                           custom)
     return learner.policy()
 
 
@@ -64,18 +70,24 @@ def save_policy(
 
 
 def load_policy(
-    path: Path | str, checkpoint: str = "best", env: EnvSpec | None = None, device: str = "cpu"
+    path: Path | str,
+    checkpoint: str = "best",
+    env: EnvSpec | None = None,
+    device: str = "cpu",
+    encoder: EncoderFactory | None = None,
 ) -> LoadedPolicy:
     """Load a policy from a run directory or a saved policy folder.
 
     `checkpoint` picks one of a run's checkpoints: "best" (highest evaluation
     return), "last", or a step number. The policy is shaped by the spaces stored
     with the run; `env` is needed only for runs saved without them (by an
-    earlier version) that trained on an env given as a callable.
+    earlier version) that trained on an env given as a callable. A run trained
+    with an encoder of your own needs that `encoder` again: the run records only
+    its name, which is checked against the one given and never imported.
     """
     path = Path(path)
     config = load_run_config(path)
-    policy = build_policy(config, env, device, path)
+    policy = build_policy(config, env, device, path, encoder)
     if (path / "policy.safetensors").exists():
         policy.update(load_state(path, "policy"))
         return LoadedPolicy(policy, config, None, None)

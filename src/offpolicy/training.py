@@ -7,18 +7,20 @@ total, run the loop, emit an end event with a summary, return the policy.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gymnasium as gym
 import torch
 from threadpoolctl import threadpool_limits
 
 from offpolicy.agents import make_learner
+from offpolicy.agents.custom_encoder import CustomEncoder, EncoderFactory, recorded_encoder
 from offpolicy.checkpoint import CheckpointError, Checkpointer
 from offpolicy.config import ConfigError, RunConfig
 from offpolicy.envs import EnvSpec, config_env_factory, make_env_factory, probe_spaces
@@ -137,6 +139,8 @@ def train(
     quiet: bool = False,
     save: bool = True,
     interrupter: Interrupter | None = None,
+    encoder: EncoderFactory | None = None,
+    encoder_kwargs: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> TrainResult:
     """Train an agent and return its policy.
@@ -153,6 +157,12 @@ def train(
     run in `run_dir` from its latest checkpoint, with its stored config (or
     `config`, to extend `num_steps`).
     `callbacks` receive every event with the run's current stats.
+
+    `encoder` puts a network part of your own in front of each of the agent's
+    networks: a class or function called as `encoder(observation_space,
+    **encoder_kwargs)` that returns a `torch.nn.Module` with an int attribute
+    `features` (`offpolicy.agents.custom_encoder`). The run records its name and
+    arguments; resuming such a run takes the same `encoder` again.
     """
     if isinstance(config, str):
         config = preset_config(config, env_id or "CartPole-v1", **settings)
@@ -166,6 +176,7 @@ def train(
         run_dir = Path(run_dir)
         config = config or load_run_config(run_dir)
     config = config or RunConfig()
+    config, custom_encoder = with_custom_encoder(config, encoder, encoder_kwargs, run_dir if resume else None)
     device = check_device(config.device, "device")
     inference_device = check_device(config.inference_device, "inference_device") if config.inference_device else device
     if save and config.tensorboard:
@@ -178,7 +189,7 @@ def train(
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     learner = make_learner(
-        config.agent, observation_space, action_space, config.hyperparameters, device, config.seed
+        config.agent, observation_space, action_space, config.hyperparameters, device, config.seed, custom_encoder
     )
 
     starting_step = 0
@@ -234,6 +245,24 @@ def train(
         events.process(TrainingEnded(progress.step, stopped))
     return TrainResult(policy, learner, run_dir, events.stats, stopped, interrupter.error, config,
                        (observation_space, action_space))
+
+
+def with_custom_encoder(
+    config: RunConfig, encoder: EncoderFactory | None, kwargs: Mapping[str, Any] | None, resumed: Path | None
+) -> tuple[RunConfig, CustomEncoder | None]:
+    """The config with `encoder` recorded in it, and the encoder to build with: a new run records the one given;
+    a config that already records one (a resumed run, a stored config) takes only a matching one."""
+    if kwargs is not None and encoder is None:
+        raise ConfigError("encoder_kwargs given without encoder: pass the encoder they are for")
+    if config.encoder or resumed is not None:
+        if resumed is not None and kwargs is not None:
+            raise ConfigError("a resumed run keeps its encoder's arguments: leave out encoder_kwargs")
+        where = f"the run in {resumed}" if resumed is not None else "this config"
+        return config, recorded_encoder(config.encoder, encoder, kwargs, where)
+    if encoder is None:
+        return config, None
+    custom = CustomEncoder(encoder, kwargs or {})
+    return dataclasses.replace(config, encoder=custom.record()), custom
 
 
 @contextlib.contextmanager

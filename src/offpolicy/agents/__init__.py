@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import torch
 
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.fast_cpu import FastDQNLearner
 from offpolicy.agents.qrdqn import QRDQNConfig, QRDQNLearner, QRDQNPolicy
@@ -32,9 +33,13 @@ class AgentSpec:
     fast_learner_class: Any = None
     """A learner computing the same thing faster where its `covers(observation_space, config)` says it can."""
 
-    def learner_for(self, observation_space: gym.Space, config: Any) -> Callable[..., PolicyLearner]:
+    def learner_for(
+        self, observation_space: gym.Space, config: Any, custom_encoder: CustomEncoder | None = None
+    ) -> Callable[..., PolicyLearner]:
         fast = self.fast_learner_class
-        return fast if fast is not None and fast.covers(observation_space, config) else self.learner_class
+        if fast is None or custom_encoder is not None or not fast.covers(observation_space, config):
+            return self.learner_class
+        return fast
 
 
 AGENTS: dict[str, AgentSpec] = {
@@ -59,12 +64,15 @@ def make_learner(
     hyperparameters: Mapping[str, Any],
     device: torch.device | str,
     seed: int,
+    custom_encoder: CustomEncoder | None = None,
 ) -> PolicyLearner:
-    """Build agent `name` for these spaces; unknown hyperparameters are an error naming them."""
+    """Build agent `name` for these spaces, its networks over `custom_encoder` where given; unknown
+    hyperparameters are an error naming them."""
     spec = agent_spec(name)
     config = from_dict(spec.config_class, hyperparameters, f"the {name} hyperparameters")
-    learner_class = spec.learner_for(observation_space, config)
-    learner = learner_class(observation_space, action_space, config, device=device, seed=seed)
+    learner_class = spec.learner_for(observation_space, config, custom_encoder)
+    learner = learner_class(observation_space, action_space, config, device=device, seed=seed,
+                            custom_encoder=custom_encoder)
     learner.policy().observation_layout = ObservationLayout(observation_space)
     return learner
 
@@ -72,6 +80,7 @@ def make_learner(
 __all__ = [
     "AGENTS",
     "AgentSpec",
+    "CustomEncoder",
     "DQNConfig",
     "DQNLearner",
     "DQNPolicy",

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from offpolicy.agents.common import discrete_actions, hidden_widths, soft_update, validate_common
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.exploration import EpsilonGreedy
 from offpolicy.agents.networks import Encoder, make_encoder, q_network
 from offpolicy.agents.optim import LeanAdam
@@ -123,11 +124,12 @@ class DQNLearner(PolicyLearner):
         config: DQNConfig | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        custom_encoder: CustomEncoder | None = None,
     ) -> None:
         self.config = c = config or DQNConfig()
         c.validate()
         num_actions = discrete_actions("DQN", action_space)
-        encoder = make_encoder(observation_space, "DQN", c.network)
+        encoder = make_encoder(observation_space, "DQN", c.network, custom_encoder)
         self.device = torch.device(device)
         self.gamma = c.gamma
         torch.manual_seed(seed)

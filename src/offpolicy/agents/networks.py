@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.envs import EnvError
 from offpolicy.observations import Leaf, ObservationLayout
 
@@ -134,10 +135,28 @@ class DictEncoder(Encoder):
         return torch.cat([encoder(part) for encoder, part in zip(self.encoders, parts)], dim=1)
 
 
-def make_encoder(observation_space: gym.Space, agent: str, network: str = "auto") -> Encoder:
-    """The encoder for `observation_space` (`network` auto, mlp or cnn), or an error naming the agent and
-    the space it cannot take."""
+class NamedLeavesEncoder(DictEncoder):
+    """A user's encoder over a Dict or Tuple observation: each batch of records unpacked into a dict of
+    batched tensors keyed by leaf name (`observation`, `sensors/0`), handed to it whole."""
+
+    def __init__(self, layout: ObservationLayout, inner: nn.Module) -> None:
+        super().__init__(layout, [])
+        self.inner = inner
+        self.features = inner.features
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.inner({leaf.name: part for leaf, part in zip(self.leaves, self.unpack(observations))})
+
+
+def make_encoder(
+    observation_space: gym.Space, agent: str, network: str = "auto", custom: CustomEncoder | None = None
+) -> Encoder:
+    """The encoder for `observation_space` (`network` auto, mlp or cnn; or the user's `custom` one), or an
+    error naming the agent and the space it cannot take."""
     layout = ObservationLayout(observation_space)
+    if custom is not None:
+        inner = custom.build(observation_space)
+        return NamedLeavesEncoder(layout, inner) if layout.structured else inner  # type: ignore[return-value]
     if layout.structured:
         return _structured_encoder(layout, agent, network)
     image = image_layout(observation_space) is not None

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from offpolicy.agents.common import hidden_widths, soft_update
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.networks import Encoder, q_network
 from offpolicy.buffer import TransitionBatch
@@ -71,8 +72,8 @@ class QRDQNLearner(DQNLearner):
     config: QRDQNConfig
 
     def __init__(self, observation_space, action_space, config: QRDQNConfig | None = None,
-                 device: torch.device | str = "cpu", seed: int = 0) -> None:
-        super().__init__(observation_space, action_space, config or QRDQNConfig(), device, seed)
+                 device: torch.device | str = "cpu", seed: int = 0, custom_encoder: CustomEncoder | None = None) -> None:
+        super().__init__(observation_space, action_space, config or QRDQNConfig(), device, seed, custom_encoder)
 
     def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:
         """`quantiles` outputs per action."""

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from offpolicy.agents.common import (
     ActionScale, bounded_box_actions, frozen, hidden_widths, soft_update, validate_common,
 )
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.exploration import PolicySampling
 from offpolicy.agents.networks import EncodedMLP, Encoder, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
@@ -132,6 +133,7 @@ class SACLearner(PolicyLearner):
         config: SACConfig | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        custom_encoder: CustomEncoder | None = None,
     ) -> None:
         self.config = c = config or SACConfig()
         c.validate()
@@ -142,7 +144,7 @@ class SACLearner(PolicyLearner):
         self.scale = ActionScale(action_space).to(self.device)
 
         def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
-            return make_encoder(observation_space, "SAC", c.network)
+            return make_encoder(observation_space, "SAC", c.network, custom_encoder)
 
         self.actor = EncodedMLP(encoder(), 2 * action_size, hidden_widths(c, "actor_net_arch"), c.activation)
         self.actor.to(self.device)

@@ -23,6 +23,7 @@ import torch
 from offpolicy.agents.common import (
     ActionScale, bounded_box_actions, frozen, hidden_widths, soft_update, validate_common,
 )
+from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.exploration import GaussianNoise
 from offpolicy.agents.networks import EncodedMLP, Encoder, TwinCritic, make_encoder
 from offpolicy.agents.optim import LeanAdam
@@ -118,6 +119,7 @@ class TD3Learner(PolicyLearner):
         config: TD3Config | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        custom_encoder: CustomEncoder | None = None,
     ) -> None:
         self.config = c = config or TD3Config()
         c.validate()
@@ -128,7 +130,7 @@ class TD3Learner(PolicyLearner):
         self.scale = ActionScale(action_space).to(self.device)
 
         def encoder() -> Encoder:  # each network its own (a convolutional one has parameters)
-            return make_encoder(observation_space, "TD3", c.network)
+            return make_encoder(observation_space, "TD3", c.network, custom_encoder)
 
         self.actor = EncodedMLP(encoder(), action_size, hidden_widths(c, "actor_net_arch"), c.activation)
         self.actor.to(self.device)
