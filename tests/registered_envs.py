@@ -103,3 +103,15 @@ class GoalLine(gym.Env):
 
 
 gym.register("GoalLine-v0", entry_point=GoalLine, max_episode_steps=20)
+
+
+def scaled_cartpole() -> gym.Env:
+    """CartPole whose observations are far from unit scale (offset by 500, scaled 0.01x to 1000x per value):
+    what observation normalisation is for."""
+    env = gym.make("CartPole-v1")
+    scale, offset = np.array([100.0, 1000.0, 1.0, 0.01]), 500.0
+    space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float64)
+    return gym.wrappers.TransformObservation(env, lambda observation: observation * scale + offset, space)
+
+
+gym.register("ScaledCartPole-v0", entry_point=scaled_cartpole)

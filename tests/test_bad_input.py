@@ -111,6 +111,9 @@ CASES = [
     ("resume with a corrupted config", ["train", "--resume", "{tmp}/corrupt_config"], "config.json is not valid JSON"),
     ("resume with changed settings", ["train", "--resume", "{tmp}/finished", "--lr", "0.1"],
      "--resume continues with the run's stored config; --lr cannot change"),
+    ("normalising observations that are not floats", ["train", "dqn", "FrozenLake-v1", "--normalize-observations"],
+     "normalize_observations needs float observations (a Box of floats, or a Dict or Tuple of them), got "
+     "Discrete(16); images are scaled inside the network and Discrete cells one-hot encoded already"),
     ("encoder not named MODULE:NAME", ["train", "--encoder", "MyEncoder"],
      "--encoder takes MODULE:NAME (e.g. mypkg.nets:MyEncoder), got 'MyEncoder'"),
     ("encoder module that cannot be imported", ["train", "--encoder", "my_nets:MyEncoder"],

@@ -157,9 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     strategy_names = [f.name for f in dataclasses.fields(OffPolicyConfig)]
     replay_names = [name for name in strategy_names if name == "n_step" or name.startswith(("prioritized", "priority"))]
     strategy_defaults = {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]}
+    normalize_names = [name for name in strategy_names if name.startswith("normalize")]
     _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig,
-                [name for name in strategy_names if name not in replay_names], strategy_defaults)
+                [name for name in strategy_names if name not in replay_names + normalize_names], strategy_defaults)
     _add_fields(train.add_argument_group("replay"), OffPolicyConfig, replay_names, strategy_defaults)
+    _add_fields(train.add_argument_group("normalisation"), OffPolicyConfig, normalize_names, strategy_defaults)
     seen: set[str] = set()
     for agent, spec in AGENTS.items():
         names = [f.name for f in dataclasses.fields(spec.config_class) if f.name not in seen]

@@ -76,6 +76,11 @@ class OffPolicyConfig:
     """Importance-sampling correction at the start; it rises linearly to 1 by the last step."""
     priority_epsilon: float = 1e-6
     """Added to each TD error, so that no transition's priority is zero."""
+    normalize_observations: bool = False
+    """Normalise observations by the running mean and variance of the collected training steps' (float
+    observations only); the acting policy, evaluation and saved policies apply the same statistics."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running standard deviation of the discounted return, for training only."""
 
     def __post_init__(self) -> None:
         self.validate()

@@ -51,7 +51,7 @@ def build_policy(
     observation_space, action_space = stored or probe_spaces(
         make_env_factory(env) if env is not None else config_env_factory(config))
     learner = make_learner(config.agent, observation_space, action_space, config.hyperparameters, device, config.seed,
-                           custom)
+                           custom, config.strategy.normalize_observations, config.strategy.normalize_rewards)
     return learner.policy()
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from offpolicy.agents.exploration import Exploration
     from offpolicy.buffer import TransitionBatch
     from offpolicy.observations import ObservationLayout
+    from offpolicy.steps import StepBatch
 
 PolicyState = dict[str, torch.Tensor]
 """The acting policy's parameters, as handed from the learner to the acting copies."""
@@ -149,6 +150,11 @@ class PolicyLearner(ABC):
     """Where it trains; the replay buffer keeps its samples there."""
     gamma: float
     """The discount of its targets; the replay buffer discounts n-step returns by it."""
+
+    def collected(self, steps: "StepBatch") -> None:
+        """The training steps just collected, as they enter the replay buffer (evaluation steps never come
+        here). A learner that keeps statistics of its data (`offpolicy.normalization`) updates them here;
+        most need nothing."""
 
     @abstractmethod
     def train(self, batch: "TransitionBatch") -> TrainOutput:

@@ -211,6 +211,7 @@ class OffPolicyStrategy:
                         env_runner = training_envs(step)
                     steps = env_runner.run_steps(min(config.train_interval, total - step))
                     push_steps(buffer, steps, previous_step)
+                    learner.collected(steps)
                 except EnvRunnerError as error:
                     failures_in_a_row += 1
                     if components.on_env_error != "restart" or failures_in_a_row > MAX_FAILURES_IN_A_ROW:

@@ -189,7 +189,8 @@ def train(
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     learner = make_learner(
-        config.agent, observation_space, action_space, config.hyperparameters, device, config.seed, custom_encoder
+        config.agent, observation_space, action_space, config.hyperparameters, device, config.seed, custom_encoder,
+        config.strategy.normalize_observations, config.strategy.normalize_rewards,
     )
 
     starting_step = 0

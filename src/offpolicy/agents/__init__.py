@@ -20,6 +20,7 @@ from offpolicy.agents.qrdqn import QRDQNConfig, QRDQNLearner, QRDQNPolicy
 from offpolicy.agents.sac import SACConfig, SACLearner, SACPolicy
 from offpolicy.agents.td3 import TD3Config, TD3Learner, TD3Policy
 from offpolicy.config import ConfigError, from_dict
+from offpolicy.normalization import NormalizedLearner
 from offpolicy.observations import ObservationLayout
 from offpolicy.policy import PolicyLearner
 
@@ -65,14 +66,19 @@ def make_learner(
     device: torch.device | str,
     seed: int,
     custom_encoder: CustomEncoder | None = None,
+    normalize_observations: bool = False,
+    normalize_rewards: bool = False,
 ) -> PolicyLearner:
-    """Build agent `name` for these spaces, its networks over `custom_encoder` where given; unknown
-    hyperparameters are an error naming them."""
+    """Build agent `name` for these spaces, its networks over `custom_encoder` where given, trained on
+    normalised observations or rewards where asked (`offpolicy.normalization`); unknown hyperparameters
+    are an error naming them."""
     spec = agent_spec(name)
     config = from_dict(spec.config_class, hyperparameters, f"the {name} hyperparameters")
     learner_class = spec.learner_for(observation_space, config, custom_encoder)
     learner = learner_class(observation_space, action_space, config, device=device, seed=seed,
                             custom_encoder=custom_encoder)
+    if normalize_observations or normalize_rewards:
+        learner = NormalizedLearner(learner, observation_space, normalize_observations, normalize_rewards)
     learner.policy().observation_layout = ObservationLayout(observation_space)
     return learner
 
