@@ -115,3 +115,39 @@ def scaled_cartpole() -> gym.Env:
 
 
 gym.register("ScaledCartPole-v0", entry_point=scaled_cartpole)
+
+
+class BitFlip(gym.Env):
+    """Hindsight replay's classic (Andrychowicz et al., 2017): `bits` bits start at random and must be made
+    equal to a random target, one flip a step (action i flips bit i; the last action keeps them). A step
+    pays 0 where the bits match the target after it and -1 elsewhere, so random exploration almost never
+    sees a success beyond a few bits. Observations follow Gymnasium-Robotics' GoalEnv convention, with a
+    vectorised `compute_reward`; episodes are cut after `bits` steps."""
+
+    def __init__(self, bits: int = 8) -> None:
+        self.bits = bits
+        box = gym.spaces.Box(0.0, 1.0, (bits,), np.float32)
+        self.observation_space = gym.spaces.Dict({"observation": box, "achieved_goal": box, "desired_goal": box})
+        self.action_space = gym.spaces.Discrete(bits + 1)
+        self.state = self.goal = np.zeros(bits, np.float32)
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -np.any(np.asarray(achieved_goal) != np.asarray(desired_goal), axis=-1).astype(np.float32)
+
+    def _observation(self):
+        return {"observation": self.state.copy(), "achieved_goal": self.state.copy(), "desired_goal": self.goal.copy()}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = self.np_random.integers(0, 2, self.bits).astype(np.float32)
+        self.goal = self.np_random.integers(0, 2, self.bits).astype(np.float32)
+        return self._observation(), {}
+
+    def step(self, action):
+        if action < self.bits:
+            self.state[action] = 1.0 - self.state[action]
+        reward = float(self.compute_reward(self.state, self.goal, {}))
+        return self._observation(), reward, False, False, {"is_success": reward == 0.0}
+
+
+gym.register("BitFlip-v0", entry_point=BitFlip, max_episode_steps=16)

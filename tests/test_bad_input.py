@@ -114,6 +114,11 @@ CASES = [
     ("normalising observations that are not floats", ["train", "dqn", "FrozenLake-v1", "--normalize-observations"],
      "normalize_observations needs float observations (a Box of floats, or a Dict or Tuple of them), got "
      "Discrete(16); images are scaled inside the network and Discrete cells one-hot encoded already"),
+    ("hindsight replay on an env without goals", ["train", "dqn", "CartPole-v1", "--her"],
+     "her needs a Dict observation with keys achieved_goal and desired_goal (Gymnasium-Robotics' GoalEnv "
+     "convention), got Box("),
+    ("hindsight replay with n-step returns", ["train", "--her", "--n-step", "3"],
+     "her replays one-step transitions uniformly: use it without n_step > 1 and prioritized"),
     ("encoder not named MODULE:NAME", ["train", "--encoder", "MyEncoder"],
      "--encoder takes MODULE:NAME (e.g. mypkg.nets:MyEncoder), got 'MyEncoder'"),
     ("encoder module that cannot be imported", ["train", "--encoder", "my_nets:MyEncoder"],

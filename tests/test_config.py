@@ -22,6 +22,8 @@ def test_defaults_are_the_seeds():
         "priority_alpha": 0.6,
         "priority_beta": 0.4,
         "priority_epsilon": 1e-6,
+        "her": False,  # no hindsight replay
+        "her_k": 4,
         "normalize_observations": False,  # no normalisation
         "normalize_rewards": False,
     }

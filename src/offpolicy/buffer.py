@@ -27,6 +27,7 @@ from offpolicy.steps import StepBatch
 
 if TYPE_CHECKING:
     from offpolicy.config import OffPolicyConfig
+    from offpolicy.envs import EnvFactory
 
 FIELDS = ("observations", "next_observations", "actions", "rewards", "terminated")
 """What `TransitionBuffer` stores of each step."""
@@ -114,10 +115,20 @@ class ReplayBuffer(ABC):
 
 
 def make_replay_buffer(
-    config: "OffPolicyConfig", device: torch.device | str, seed: int, gamma: float, total_steps: int
+    config: "OffPolicyConfig", device: torch.device | str, seed: int, gamma: float, total_steps: int,
+    env_factory: "EnvFactory | None" = None,
 ) -> ReplayBuffer:
     """The replay buffer `config` asks for, on `device`, sampling from `seed`; returns discounted by the
-    learner's `gamma`; prioritized replay anneals its importance correction over `total_steps`."""
+    learner's `gamma`; prioritized replay anneals its importance correction over `total_steps`; hindsight
+    replay recomputes rewards with the `compute_reward` of an env from `env_factory`."""
+    if config.her:
+        from offpolicy.hindsight import HindsightReplayBuffer, env_reward_function
+
+        if env_factory is None:
+            raise ValueError("hindsight replay needs the env factory, for the env's compute_reward")
+        env = env_factory()
+        return HindsightReplayBuffer(config.replay_buffer_size, config.num_envs, env.observation_space,
+                                     env_reward_function(env), config.her_k, device, seed, gamma)
     if config.prioritized:
         from offpolicy.prioritized import PrioritizedReplayBuffer
 

@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_defaults = {**dataclasses.asdict(RunConfig()), **base}
     _add_fields(train.add_argument_group("run"), RunConfig, RUN_OPTIONS, run_defaults)
     strategy_names = [f.name for f in dataclasses.fields(OffPolicyConfig)]
-    replay_names = [name for name in strategy_names if name == "n_step" or name.startswith(("prioritized", "priority"))]
+    replay_names = [name for name in strategy_names
+                    if name == "n_step" or name.startswith(("prioritized", "priority", "her"))]
     strategy_defaults = {**dataclasses.asdict(OffPolicyConfig()), **base["strategy"]}
     normalize_names = [name for name in strategy_names if name.startswith("normalize")]
     _add_fields(train.add_argument_group("collection and training schedule"), OffPolicyConfig,

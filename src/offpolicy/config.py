@@ -76,6 +76,11 @@ class OffPolicyConfig:
     """Importance-sampling correction at the start; it rises linearly to 1 by the last step."""
     priority_epsilon: float = 1e-6
     """Added to each TD error, so that no transition's priority is zero."""
+    her: bool = False
+    """Hindsight experience replay for goal-conditioned envs (Dict observations with achieved_goal and
+    desired_goal, and compute_reward): transitions are replayed also with goals the episode reached later."""
+    her_k: int = 4
+    """With her: relabelled goals per original one, so a fraction k / (k + 1) of each batch is relabelled."""
     normalize_observations: bool = False
     """Normalise observations by the running mean and variance of the collected training steps' (float
     observations only); the acting policy, evaluation and saved policies apply the same statistics."""
@@ -105,6 +110,7 @@ class OffPolicyConfig:
             "eval_episodes",
             "train_batch_size",
             "n_step",
+            "her_k",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -128,6 +134,8 @@ class OffPolicyConfig:
             )
         if not self.priority_epsilon > 0:
             raise ConfigError(f"priority_epsilon must be positive, got {self.priority_epsilon}")
+        if self.her and (self.n_step > 1 or self.prioritized):
+            raise ConfigError("her replays one-step transitions uniformly: use it without n_step > 1 and prioritized")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
 

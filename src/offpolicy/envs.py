@@ -23,15 +23,19 @@ class EnvError(ValueError):
 
 
 ENV_FAMILIES = {
-    "MinAtar": ("minatar.gym", "register_envs", "minatar"),
+    "MinAtar/": ("minatar.gym", "register_envs", "minatar"),
+    "Fetch": ("gymnasium_robotics", None, "robotics"),
+    "HandManipulate": ("gymnasium_robotics", None, "robotics"),
+    "HandReach": ("gymnasium_robotics", None, "robotics"),
 }
-"""Env id namespaces whose package registers its envs only when asked (Gymnasium 1 loads no plugins): the
-module, its registration function and our extra that installs it."""
+"""Env id prefixes whose package registers its envs only when imported or asked (Gymnasium 1 loads no
+plugins): the module, its registration function (None: importing registers) and our extra that installs it."""
 
 
 def register_env_family(env_id: str) -> None:
-    """Register the family `env_id` belongs to (MinAtar/...), if it is one of `ENV_FAMILIES` and not done."""
-    family = ENV_FAMILIES.get(env_id.split("/", 1)[0]) if "/" in env_id else None
+    """Register the family `env_id` belongs to (MinAtar/..., Fetch...), if it is one of `ENV_FAMILIES` and
+    not done."""
+    family = next((family for prefix, family in ENV_FAMILIES.items() if env_id.startswith(prefix)), None)
     if family is None or env_id in gym.registry:
         return
     module_name, function, extra = family
@@ -40,7 +44,8 @@ def register_env_family(env_id: str) -> None:
     except ImportError:
         raise EnvError(f"environment {env_id!r} needs a package that is missing; install it with: "
                        f"pip install 'offpolicy[{extra}]'") from None
-    getattr(module, function)()
+    if function is not None:
+        getattr(module, function)()
 
 
 def import_env_modules(env_id: str, packages: Sequence[str] = ()) -> None:

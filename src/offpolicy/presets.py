@@ -168,6 +168,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         }
         for name, version in (("Acrobot", 1), ("MountainCar", 0))
     },
+    "sac-fetchreach": {
+        "agent": "sac",
+        "env": "FetchReach-v4",
+        "num_steps": 20_000,
+        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
+                         warmup_steps=1_000, eval_interval=2_000, eval_episodes=10, her=True, her_k=4,
+                         normalize_observations=True),
+        "hyperparameters": {"lr": 1e-3, "gamma": 0.95, "actor_net_arch": (64, 64), "critic_net_arch": (64, 64)},
+    },
     "seed-example": SEED_EXAMPLE,
 }
 """`dqn-cartpole` is what a bare `offpolicy train` runs; `seed-example` is the seed framework's
@@ -197,6 +206,8 @@ PRESET_DESCRIPTIONS = {
                   "over 3 seeds, CleanRL about 280)",
     "td3-walker2d": "TD3 on Walker2d-v5 (CleanRL settings; mujoco extra; final evaluation 461 +/- 34 at 100k steps "
                     "over 3 seeds, CleanRL about 300)",
+    "sac-fetchreach": "SAC with hindsight replay on FetchReach-v4 (RL-Zoo settings: gamma 0.95, lr 1e-3, 64x64 "
+                      "networks, 4 relabelled goals per goal, normalised observations; robotics extra)",
     "dqn-acrobot": "DQN on Acrobot-v1 (CleanRL's schedule: 10k buffer, an update every 10 steps; final evaluation "
                    "-80.7 +/- 7.5 at 500k steps over 3 seeds, CleanRL -91.5)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; falls short: the final evaluation is -200 on 3 "

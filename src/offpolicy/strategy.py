@@ -149,7 +149,7 @@ class OffPolicyStrategy:
 
         acting_policy = copy.deepcopy(learner.policy()).to(components.inference_device)
         acting_policy.set_env_steps(starting_step)
-        buffer = make_replay_buffer(config, learner.device, components.seed, learner.gamma, total)
+        buffer = make_replay_buffer(config, learner.device, components.seed, learner.gamma, total, env_factory)
         progress.step = starting_step
         if checkpointer is not None and starting_step:
             restore_progress(checkpointer, starting_step, acting_policy, buffer, progress)

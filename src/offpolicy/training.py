@@ -26,6 +26,7 @@ from offpolicy.config import ConfigError, RunConfig
 from offpolicy.envs import EnvSpec, config_env_factory, make_env_factory, probe_spaces
 from offpolicy.display import ProgressDisplay
 from offpolicy.events import Event, EventProcessor, EventSink, RunStats, TrainingEnded, TrainingStarted
+from offpolicy.hindsight import goal_leaves
 from offpolicy.interrupt import Interrupter, stop_on_signals
 from offpolicy.policy import Policy, PolicyLearner
 from offpolicy.presets import preset_config
@@ -185,6 +186,8 @@ def train(
         import_ray()
     factory = make_env_factory(env) if env is not None else config_env_factory(config)
     observation_space, action_space = probe_spaces(factory)
+    if config.strategy.her:
+        goal_leaves(observation_space)  # an env without goals is refused before anything is written
 
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
