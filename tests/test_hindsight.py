@@ -146,3 +146,43 @@ def test_what_her_refuses():
         offpolicy.train("dqn", "CartPole-v1", her=True, num_steps=100, quiet=True, save=False)
     with pytest.raises(ConfigError, match="her needs an env with compute_reward"):
         env_reward_function(gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "threads", "processes"])
+def test_success_rates_reach_the_metrics_in_every_backend(tmp_path, backend):
+    """An env reporting `is_success` (bit flipping: success is a reward of 0) gets success in the training
+    episode rows and a success rate per evaluation, from every backend (Ray's in test_ray.py)."""
+    check_success_metrics(tmp_path, backend)
+
+
+def check_success_metrics(tmp_path, backend: str) -> None:
+    import json
+
+    from offpolicy.events import StepsCollected
+
+    checked = []
+
+    def check(event, stats):
+        if isinstance(event, StepsCollected) and event.steps.done.any():
+            rows = np.flatnonzero(event.steps.done)
+            np.testing.assert_array_equal(event.steps.successes[rows], event.steps.rewards[rows] == 0)
+            checked.append(len(rows))
+
+    offpolicy.train("dqn", "registered_envs:BitFlip-v0", env_kwargs={"bits": 2}, her=True, num_steps=400,
+                    warmup_steps=100, eval_interval=200, eval_episodes=4, num_envs=2, autobatch_size=2, backend=backend,
+                    run_dir=tmp_path / "run", quiet=True, callbacks=[check])
+    assert sum(checked) >= 10
+    evaluations = [json.loads(line) for line in (tmp_path / "run" / "metrics" / "eval.jsonl").read_text().splitlines()]
+    assert len(evaluations) == 2 and all(0 <= row["success_rate"] <= 1 for row in evaluations)
+    episodes = [json.loads(line) for line in (tmp_path / "run" / "metrics" / "train.jsonl").read_text().splitlines()]
+    episodes = [row for row in episodes if row["event"] == "episode"]
+    assert episodes and all(isinstance(row["is_success"], bool) for row in episodes)
+
+
+def test_envs_without_success_report_none(tmp_path):
+    import json
+
+    offpolicy.train("dqn", "CartPole-v1", num_steps=300, warmup_steps=100, eval_interval=300, run_dir=tmp_path / "run",
+                    quiet=True)
+    evaluation = json.loads((tmp_path / "run" / "metrics" / "eval.jsonl").read_text().splitlines()[0])
+    assert "success_rate" not in evaluation

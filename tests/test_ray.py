@@ -15,6 +15,7 @@ from helpers import CountingEnv, StubPolicy  # noqa: E402
 from offpolicy.config import ConfigError  # noqa: E402
 from offpolicy.events import StepsCollected  # noqa: E402
 from offpolicy.runners import BackendOptions, EnvRunnerError, RayFleet, make_collection_runner  # noqa: E402
+from test_hindsight import check_success_metrics  # noqa: E402
 from test_strategy import CASES, run  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -253,3 +254,7 @@ def test_ray_actors_carry_dict_observations_intact():
                               if isinstance(event, StepsCollected) else None])
     assert result.stats.step == 600 and sum(len(batch) for batch in batches) == 600
     _check_steps(batches, DictCountingEnv().observation_space)
+
+
+def test_success_rates_reach_the_metrics(tmp_path):
+    check_success_metrics(tmp_path, "ray")

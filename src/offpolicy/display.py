@@ -26,9 +26,10 @@ def status_line(stats: RunStats) -> str:
     """One plain line: steps, speed, recent and evaluation returns, loss."""
     loss = stats.last_outputs.get("loss")
     exploration = "" if stats.exploration_rate is None else f" | epsilon {stats.exploration_rate:.2f}"
+    success = "" if stats.last_eval_success_rate is None else f" | eval success {stats.last_eval_success_rate:.2f}"
     return (
         f"step {stats.step:,}/{stats.total_steps:,} | {stats.steps_per_second:,.0f} steps/s"
-        f" | return {_fmt(stats.recent_return)} | eval {_fmt(stats.last_eval_return)}"
+        f" | return {_fmt(stats.recent_return)} | eval {_fmt(stats.last_eval_return)}{success}"
         f" | loss {_fmt(loss, 4)}{exploration}"
     )
 
@@ -134,6 +135,10 @@ class ProgressDisplay:
             ("eval return", _fmt(stats.last_eval_return)),
             ("best eval", best),
         ]
+        if stats.recent_success_rate is not None:
+            cells.append((f"success (last {len(stats.recent_successes)})", f"{stats.recent_success_rate:.2f}"))
+        if stats.last_eval_success_rate is not None:
+            cells.append(("eval success", f"{stats.last_eval_success_rate:.2f}"))
         if stats.exploration_rate is not None:
             cells.append(("epsilon", f"{stats.exploration_rate:.3f}"))
         if stats.env_restarts:

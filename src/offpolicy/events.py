@@ -10,11 +10,12 @@ loop's own counts are its `RunProgress`, which the statistics show.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol, Union
+from typing import Iterable, Protocol, Union
 
 import numpy as np
 
@@ -83,10 +84,23 @@ class EvaluationEnded:
     step: int
     returns: list[float]
     lengths: list[int]
+    successes: list[float] = field(default_factory=list)
+    """Each episode's success at its last step (1.0 or 0.0; NaN where the env reports none)."""
 
     @property
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns)
+
+    @property
+    def success_rate(self) -> float | None:
+        """The fraction of episodes that ended in success, for envs that report `is_success`; else None."""
+        return success_rate(self.successes)
+
+
+def success_rate(successes: "Iterable[float]") -> float | None:
+    """The mean of the reported successes (NaN is none reported), or None if there are none."""
+    reported = [value for value in successes if not math.isnan(value)]
+    return sum(reported) / len(reported) if reported else None
 
 
 @dataclass
@@ -111,6 +125,9 @@ class RunStats:
     start_step: int = 0
     total_steps: int = 0
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=20))
+    recent_successes: deque = field(default_factory=lambda: deque(maxlen=20))
+    """Whether each recent training episode ended in success, for envs that report `is_success`."""
+    last_eval_success_rate: float | None = None
     exploration_rate: float | None = None
     last_outputs: dict[str, float] = field(default_factory=dict)
     """Mean learner outputs of the latest training phase (loss, ...)."""
@@ -154,6 +171,10 @@ class RunStats:
         return (self.step - self.start_step) / elapsed if elapsed > 0 else 0.0
 
     @property
+    def recent_success_rate(self) -> float | None:
+        return success_rate(self.recent_successes)
+
+    @property
     def recent_return(self) -> float | None:
         return sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
 
@@ -193,11 +214,15 @@ class EventProcessor:
         elif isinstance(event, StepsCollected):
             rows, _ = event.finished_episodes
             stats.recent_returns.extend(event.steps.episode_returns[rows].tolist())
+            ended = event.steps.successes[rows]
+            stats.recent_successes.extend(ended[~np.isnan(ended)].tolist())
             rate = event.steps.context.get("exploration_rate")
             if rate is not None and len(rate):
                 stats.exploration_rate = float(rate[-1])
         elif isinstance(event, TrainingPhaseEnded):
             stats.last_outputs = event.metrics
+        elif isinstance(event, EvaluationEnded) and event.success_rate is not None:
+            stats.last_eval_success_rate = event.success_rate
         is_train_step = isinstance(event, TrainStep)
         for sink in self.sinks:
             if is_train_step and not getattr(sink, "wants_train_steps", True):

@@ -96,8 +96,9 @@ class HindsightReplayBuffer(ReplayBuffer):
         if len(steps) == 0:
             return
         if not self._storage:
-            self._storage = {name: np.zeros((self.columns, self.column_capacity, *np.asarray(getattr(steps, name)).shape[1:]),
-                                            _host_dtype(np.asarray(getattr(steps, name)))) for name in FIELDS}
+            arrays = {name: np.asarray(getattr(steps, name)) for name in FIELDS}
+            self._storage = {name: np.zeros((self.columns, self.column_capacity, *array.shape[1:]), _host_dtype(array))
+                             for name, array in arrays.items()}
         if steps.env_ids.max() >= self.columns:
             raise ValueError(f"step of env {steps.env_ids.max()} pushed to a buffer for {self.columns} envs")
         size = self.column_capacity

@@ -2,11 +2,13 @@
 
 Metric files (JSON lines, one object per line, in `RUN_DIR/metrics/`):
 - `train.jsonl`: `{"event": "episode", "step", "episode_return", "episode_length",
-  "exploration_rate"}` per finished training episode, `{"event": "update", "step",
+  "exploration_rate"}` per finished training episode (with `"is_success"` for envs that
+  report it), `{"event": "update", "step",
   "loss", ...}` with the mean learner outputs of each training phase, and
   `{"event": "env_restart", "step", "restarts", "error"}` when envs were recreated;
 - `eval.jsonl`: `{"step", "mean_return", "std_return", "min_return", "max_return",
-  "mean_length", "episodes"}` per evaluation.
+  "mean_length", "episodes"}` per evaluation, and `"success_rate"` for envs that report
+  `is_success` (goal-conditioned ones).
 
 Files are written buffered and flushed at each evaluation, restart and at the end.
 """
@@ -18,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from offpolicy.events import (
@@ -54,6 +57,9 @@ class MetricsLog:
                     "episode_length": steps.episode_lengths[rows].tolist(),
                     **{key: values[rows].tolist() for key, values in steps.context.items()},
                 }
+                ended = steps.successes[rows]
+                if not np.isnan(ended).all():
+                    columns["is_success"] = [None if math.isnan(value) else bool(value) for value in ended.tolist()]
                 for values in zip(*columns.values()):
                     self._train.write(json.dumps({"event": "episode", **dict(zip(columns, values))}) + "\n")
         elif isinstance(event, EnvsRestarted):
@@ -72,6 +78,8 @@ class MetricsLog:
                 "mean_length": sum(event.lengths) / len(event.lengths),
                 "episodes": len(returns),
             }
+            if event.success_rate is not None:
+                row["success_rate"] = event.success_rate
             self._eval.write(json.dumps(row) + "\n")
             self.flush()
         elif isinstance(event, TrainingEnded):
@@ -90,10 +98,12 @@ class MetricsLog:
 class TensorBoardLog:
     """Writes the same metrics as TensorBoard scalars to `RUN_DIR/tensorboard/`, under the usual names.
 
-    `rollout/ep_return`, `rollout/ep_length` and `rollout/exploration_rate` per
-    training episode, `train/<output>` (loss, q_values, ...) per training phase,
-    `eval/mean_return`, `eval/std_return`, `eval/mean_length` per evaluation and
-    `time/steps_per_second`; the x axis is the environment step.
+    `rollout/ep_return`, `rollout/ep_length`, `rollout/exploration_rate` (and
+    `rollout/success`) per training episode, `train/<output>` (loss, q_values, ...)
+    per training phase, `eval/mean_return`, `eval/std_return`, `eval/mean_length`
+    (and `eval/success_rate`) per evaluation and `time/steps_per_second`; the x
+    axis is the environment step. The success entries appear for envs that
+    report `is_success`.
     """
 
     wants_train_steps = False
@@ -115,6 +125,8 @@ class TensorBoardLog:
                 scalar("rollout/ep_length", steps.episode_lengths[row], step)
                 if "exploration_rate" in steps.context:
                     scalar("rollout/exploration_rate", steps.context["exploration_rate"][row], step)
+                if not math.isnan(steps.successes[row]):
+                    scalar("rollout/success", steps.successes[row], step)
         elif isinstance(event, EnvsRestarted):
             scalar("rollout/env_restarts", event.restarts, event.step)
         elif isinstance(event, EvaluationEnded):
@@ -122,6 +134,8 @@ class TensorBoardLog:
             scalar("eval/mean_return", event.mean_return, event.step)
             scalar("eval/std_return", float(torch.tensor(returns, dtype=torch.float64).std(unbiased=False)), event.step)
             scalar("eval/mean_length", sum(event.lengths) / len(event.lengths), event.step)
+            if event.success_rate is not None:
+                scalar("eval/success_rate", event.success_rate, event.step)
             scalar("time/steps_per_second", stats.steps_per_second, event.step)
             self._writer.flush()
         elif isinstance(event, TrainingEnded):

@@ -31,6 +31,9 @@ class TimeStep:
     """Steps in the episode so far, this one included."""
     episode_return: float
     """Sum of rewards in the episode so far, this one included."""
+    success: float
+    """The env's `info["is_success"]` after this step as 1.0 or 0.0 (goal-conditioned envs report it), NaN
+    where it reports none."""
     context: dict[str, float]
     """How the action was chosen (e.g. the exploration rate)."""
 
@@ -63,6 +66,12 @@ class StepBatch:
     episode_lengths: np.ndarray
     context: dict[str, np.ndarray]
     """How each action was chosen (e.g. `exploration_rate`), one value per step."""
+    successes: np.ndarray | None = None
+    """Each step's `TimeStep.success` (1.0, 0.0, or NaN where the env reports none); all NaN if not given."""
+
+    def __post_init__(self) -> None:
+        if self.successes is None:
+            self.successes = np.full(len(self.env_ids), np.nan)
 
     def __len__(self) -> int:
         return len(self.env_ids)
@@ -87,7 +96,8 @@ class StepBatch:
             return StepBatch(empty.astype(np.int64), empty, empty, empty, empty, empty.astype(bool),
                              empty.astype(bool), empty, empty.astype(np.int64), {})
         scalars = np.array(
-            [(t.env_id, t.reward, t.terminated, t.truncated, t.episode_return, t.episode_length) for t in timesteps],
+            [(t.env_id, t.reward, t.terminated, t.truncated, t.episode_return, t.episode_length, t.success)
+             for t in timesteps],
             dtype=np.float64,
         )
         return StepBatch(
@@ -102,6 +112,7 @@ class StepBatch:
             episode_lengths=scalars[:, 5].astype(np.int64),
             context={key: np.array([t.context.get(key, np.nan) for t in timesteps], dtype=np.float64)
                      for key in timesteps[0].context},
+            successes=scalars[:, 6],
         )
 
     @staticmethod
@@ -144,11 +155,11 @@ class StepBatch:
         return [
             TimeStep(int(self.env_ids[i]), self.observations[i], self.next_observations[i], self.actions[i],
                      float(self.rewards[i]), bool(self.terminated[i]), bool(self.truncated[i]),
-                     int(self.episode_lengths[i]), float(self.episode_returns[i]),
+                     int(self.episode_lengths[i]), float(self.episode_returns[i]), float(self.successes[i]),
                      {key: float(value[i]) for key, value in self.context.items()})
             for i in range(len(self))
         ]
 
 
 _ARRAY_FIELDS = ("env_ids", "observations", "next_observations", "actions", "rewards", "terminated", "truncated",
-                 "episode_returns", "episode_lengths")
+                 "episode_returns", "episode_lengths", "successes")

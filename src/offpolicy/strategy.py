@@ -249,6 +249,7 @@ class OffPolicyStrategy:
                         step,
                         returns=[float(episode.episode_returns[-1]) for episode in episodes],
                         lengths=[int(episode.episode_lengths[-1]) for episode in episodes],
+                        successes=[float(episode.successes[-1]) for episode in episodes],
                     )
                     progress.record_evaluation(step, evaluation.mean_return)
                     events.process(evaluation)

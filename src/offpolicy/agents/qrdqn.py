@@ -72,7 +72,8 @@ class QRDQNLearner(DQNLearner):
     config: QRDQNConfig
 
     def __init__(self, observation_space, action_space, config: QRDQNConfig | None = None,
-                 device: torch.device | str = "cpu", seed: int = 0, custom_encoder: CustomEncoder | None = None) -> None:
+                 device: torch.device | str = "cpu", seed: int = 0,
+                 custom_encoder: CustomEncoder | None = None) -> None:
         super().__init__(observation_space, action_space, config or QRDQNConfig(), device, seed, custom_encoder)
 
     def make_q_network(self, encoder: Encoder, num_actions: int) -> nn.Module:

@@ -74,10 +74,11 @@ class EnvSession:
         observation = self.observation
         return TimeStep(self.env_id, observation, *self.advance(action), context=context)
 
-    def advance(self, action: Any) -> tuple[Any, Any, float, bool, bool, int, float]:
+    def advance(self, action: Any) -> tuple[Any, Any, float, bool, bool, int, float, float]:
         """One step as a plain tuple, for runners that pack many into arrays: (next observation, action,
-        reward, terminated, truncated, episode length, episode return), the fields of `TimeStep` in order."""
-        next_observation, reward, terminated, truncated, _ = self._guarded("step()", self.env.step, action)
+        reward, terminated, truncated, episode length, episode return, success), the fields of `TimeStep`
+        in order."""
+        next_observation, reward, terminated, truncated, info = self._guarded("step()", self.env.step, action)
         self.steps += 1
         if getattr(next_observation, "shape", None) != self.layout.shape:  # one compare for plain arrays
             next_observation = self._checked(next_observation)
@@ -89,7 +90,8 @@ class EnvSession:
             self.restart()
         else:
             self.observation = next_observation
-        return next_observation, action, reward, bool(terminated), bool(truncated), length, episode_return
+        success = float(info["is_success"]) if "is_success" in info else np.nan
+        return next_observation, action, reward, bool(terminated), bool(truncated), length, episode_return, success
 
     def restart(self) -> None:
         """Begin a fresh episode (the env's generator continues, so episodes differ)."""
@@ -195,7 +197,7 @@ class InProcessMultiEnvRunner(EnvRunner):
     def _pack(group: list[int], observations: np.ndarray, actions: np.ndarray, steps: list[tuple],
               context: dict[str, float]) -> StepBatch:
         """A group's steps (`EnvSession.advance` tuples) as one batch: a few array constructions per group."""
-        next_observations, _, rewards, terminated, truncated, lengths, returns = zip(*steps)
+        next_observations, _, rewards, terminated, truncated, lengths, returns, successes = zip(*steps)
         return StepBatch(
             env_ids=np.array(group, dtype=np.int64),
             observations=observations,
@@ -207,6 +209,7 @@ class InProcessMultiEnvRunner(EnvRunner):
             episode_returns=np.array(returns, dtype=np.float64),
             episode_lengths=np.array(lengths, dtype=np.int64),
             context={key: np.full(len(group), value, dtype=np.float64) for key, value in context.items()},
+            successes=np.array(successes, dtype=np.float64),
         )
 
     def run_steps(self, count: int) -> StepBatch:

@@ -278,6 +278,7 @@ class ProcessMultiEnvRunner(EnvRunner):
             episode_returns=records["episode_return"],
             episode_lengths=records["episode_length"],
             context=context,
+            successes=records["success"],
         )
 
     def _flush(self, force: bool = False) -> None:

@@ -43,7 +43,8 @@ def step_record(observation: np.ndarray, action: np.ndarray) -> np.dtype:
 
     The trainer writes `action` and the `acted_observation` it chose it for; the worker writes the rest:
     the step's true `next_observation`, the `observation` to act on next (the reset one at an episode's
-    end), the running episode's return and length, the env's step count, and `busy` while it is inside
+    end), the running episode's return and length, its `success` (NaN if the env reports none), the env's
+    step count, and `busy` while it is inside
     `step()` or `reset()`. Fields are aligned: a field's view has strides torch accepts as they are
     (multiples of its element size), and no element straddles a word.
     """
@@ -55,6 +56,7 @@ def step_record(observation: np.ndarray, action: np.ndarray) -> np.dtype:
             ("action", action.dtype, action.shape),
             ("reward", np.float64),
             ("episode_return", np.float64),
+            ("success", np.float64),
             ("episode_length", np.int64),
             ("env_steps", np.int64),
             ("terminated", np.bool_),
@@ -161,6 +163,7 @@ def work(
     observations, final_observations = records["observation"], records["next_observation"]
     rewards, terminated_flags, truncated_flags = records["reward"], records["terminated"], records["truncated"]
     episode_returns, episode_lengths = records["episode_return"], records["episode_length"]
+    successes = records["success"]
     sessions: dict[int, EnvSession] = {}
     try:
         for env_id, seed in zip(env_ids, seeds):
@@ -180,12 +183,13 @@ def work(
                 session = sessions[env_id]
                 action = actions[env_id]  # a NumPy scalar, or a copy: the env may keep it, our row changes
                 busy[env_id] = True
-                next_observation, _, reward, terminated, truncated, length, episode_return = session.advance(
+                next_observation, _, reward, terminated, truncated, length, episode_return, success = session.advance(
                     action.copy() if action.ndim else action[()])
                 busy[env_id] = False
                 final_observations[env_id] = next_observation
                 rewards[env_id], terminated_flags[env_id], truncated_flags[env_id] = reward, terminated, truncated
                 episode_returns[env_id], episode_lengths[env_id] = episode_return, length
+                successes[env_id] = success
                 env_steps[env_id] = session.steps
                 observations[env_id] = session.observation
             bells.replies[worker].release()
