@@ -186,3 +186,10 @@ def test_envs_without_success_report_none(tmp_path):
                     quiet=True)
     evaluation = json.loads((tmp_path / "run" / "metrics" / "eval.jsonl").read_text().splitlines()[0])
     assert "success_rate" not in evaluation
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+def test_continuous_agents_train_with_her_on_a_fetch_task(tmp_path, agent):
+    result = offpolicy.train(agent, "FetchReach-v4", her=True, num_steps=400, warmup_steps=100, eval_interval=400,
+                             eval_episodes=2, run_dir=tmp_path / "run", quiet=True)
+    assert result.stats.step == 400 and result.stats.last_eval_success_rate is not None
