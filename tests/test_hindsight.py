@@ -35,7 +35,7 @@ def identity(env: int, episode: int, t: int) -> np.ndarray:
     return np.array([env, episode, t], np.float32)
 
 
-def make_steps(rng: np.random.Generator, count: int, frame: bool = False):
+def make_steps(rng: np.random.Generator, count: int, frame: bool = False, max_chunk: int = 20):
     """`count` steps of 8 envs interleaved at random, episodes of random length, ended by termination or
     truncation at random; step t of episode e of env k is observed as (k, e, t), reaches (k, e, t + 1), and
     keeps its original goal (k, e, -1). Returns the chunks and, per env, the list of (episode, t, reward, done)."""
@@ -63,7 +63,7 @@ def make_steps(rng: np.random.Generator, count: int, frame: bool = False):
             episode[k], t[k], lengths[k] = episode[k] + 1, 0, rng.integers(1, 60)
     chunks, start = [], 0
     while start < len(rows):
-        size = int(rng.integers(1, 20))
+        size = int(rng.integers(1, max_chunk))
         part = rows[start : start + size]
         start += size
         env_ids, observations, next_observations, actions, rewards, terminated, truncated = map(np.array, zip(*part))
@@ -72,10 +72,11 @@ def make_steps(rng: np.random.Generator, count: int, frame: bool = False):
     return chunks, history
 
 
-@pytest.mark.parametrize("frame", [False, True], ids=["float record", "bytes record"])
-def test_relabelled_batches_match_a_brute_force_reference(frame):
+@pytest.mark.parametrize("frame, max_chunk", [(False, 20), (True, 20), (False, 700)],
+                         ids=["float record", "bytes record", "chunks longer than a column"])
+def test_relabelled_batches_match_a_brute_force_reference(frame, max_chunk):
     rng = np.random.default_rng(7)
-    chunks, history = make_steps(rng, 2_000, frame)  # 250 a env on average: each column (40 slots) wraps many times
+    chunks, history = make_steps(rng, 2_000, frame, max_chunk)  # 250 a env on average: each column (40 slots) wraps many times
     space = goal_space(frame)
     layout = ObservationLayout(space)
     buffer = HindsightReplayBuffer(CAPACITY, ENVS, space, compute_reward, her_k=K, seed=3)

@@ -80,11 +80,9 @@ class HindsightReplayBuffer(ReplayBuffer):
         self.gamma = gamma
         self._rng = np.random.default_rng(seed)
         self._storage: dict[str, np.ndarray] = {}
-        shape = (num_envs, self.column_capacity)
-        self._serial = np.full(shape, -1, np.int64)
-        """The serial (count of steps of its env before it) of the step in each slot."""
-        self._episode_end = np.full(shape, -1, np.int64)
-        """The serial of the last step of each slot's episode, -1 while the episode is under way."""
+        self._episode_end = np.full((num_envs, self.column_capacity), -1, np.int64)
+        """The serial (count of its env's steps before it) of the last step of each slot's episode, -1 while
+        the episode is under way. Env k's step of serial s sits in slot s % column_capacity of column k."""
         self._pushed = np.zeros(num_envs, np.int64)
         self._episode_start = np.zeros(num_envs, np.int64)
 
@@ -101,19 +99,23 @@ class HindsightReplayBuffer(ReplayBuffer):
                              for name, array in arrays.items()}
         if steps.env_ids.max() >= self.columns:
             raise ValueError(f"step of env {steps.env_ids.max()} pushed to a buffer for {self.columns} envs")
-        size = self.column_capacity
-        for row, (env, done) in enumerate(zip(steps.env_ids.tolist(), steps.done.tolist())):
-            serial = int(self._pushed[env])
-            slot = serial % size
-            for name in FIELDS:
-                self._storage[name][env, slot] = getattr(steps, name)[row]
-            self._serial[env, slot] = serial
-            self._episode_end[env, slot] = -1
-            self._pushed[env] = serial + 1
-            if done:
-                first = max(int(self._episode_start[env]), serial + 1 - size)  # older steps are overwritten
-                self._episode_end[env, np.arange(first, serial + 1) % size] = serial
-                self._episode_start[env] = serial + 1
+        size, envs = self.column_capacity, steps.env_ids
+        order = np.argsort(envs, kind="stable")
+        rank = np.empty(len(envs), np.int64)  # each row's place among its env's rows in this chunk
+        rank[order] = np.arange(len(envs)) - np.searchsorted(envs[order], envs[order])
+        counts = np.bincount(envs, minlength=self.columns)
+        serials = self._pushed[envs] + rank
+        kept = rank >= counts[envs] - size  # an env with more rows than its column keeps its newest
+        rows, slots = np.flatnonzero(kept), serials[kept] % size
+        for name in FIELDS:
+            self._storage[name][envs[rows], slots] = getattr(steps, name)[rows]
+        self._episode_end[envs[rows], slots] = -1
+        self._pushed += counts
+        for row in np.flatnonzero(steps.done).tolist():  # an episode's end marks its steps still stored
+            env, serial = int(envs[row]), int(serials[row])
+            first = max(int(self._episode_start[env]), int(self._pushed[env]) - size)
+            self._episode_end[env, np.arange(first, serial + 1) % size] = serial
+            self._episode_start[env] = serial + 1
 
     def _draw(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Uniform (env, slot) pairs over every stored step."""
@@ -131,9 +133,10 @@ class HindsightReplayBuffer(ReplayBuffer):
         fields = {name: self._storage[name][envs, slots] for name in FIELDS}  # fancy indexing: copies
 
         relabel = self._rng.random(batch_size) < self.relabel_probability
-        serials = self._serial[envs, slots]
+        last = self._pushed[envs] - 1
+        serials = last - (last - slots) % self.column_capacity
         ends = self._episode_end[envs, slots]
-        ends = np.where(ends >= 0, ends, self._pushed[envs] - 1)  # under way: the steps stored so far
+        ends = np.where(ends >= 0, ends, last)  # under way: the steps stored so far
         future = serials + np.floor(self._rng.random(batch_size) * (ends - serials + 1)).astype(np.int64)
         rows = np.flatnonzero(relabel)
         if len(rows):
@@ -152,7 +155,7 @@ class HindsightReplayBuffer(ReplayBuffer):
 
     def _read(self, records: np.ndarray, leaf: Leaf) -> np.ndarray:
         """`leaf` of a batch of stored observations, shape (batch, *leaf shape), in its dtype."""
-        return self.layout.unpack(records)[leaf.name] if self.layout.structured else records
+        return self.layout.unpack(records)[leaf.name]
 
     def _write(self, records: np.ndarray, rows: np.ndarray, leaf: Leaf, values: np.ndarray) -> None:
         """Set `leaf` of `records[rows]` to `values`, in place."""
@@ -171,7 +174,6 @@ class HindsightReplayBuffer(ReplayBuffer):
     def state_dict(self) -> dict[str, Any]:
         return {
             "storage": {name: torch.from_numpy(array.copy()) for name, array in self._storage.items()},
-            "serial": torch.from_numpy(self._serial.copy()),
             "episode_end": torch.from_numpy(self._episode_end.copy()),
             "pushed": torch.from_numpy(self._pushed.copy()),
             "episode_start": torch.from_numpy(self._episode_start.copy()),
@@ -179,11 +181,10 @@ class HindsightReplayBuffer(ReplayBuffer):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if tuple(state["serial"].shape) != self._serial.shape:
-            raise ConfigError(f"the saved buffer has {tuple(state['serial'].shape)} env columns and slots, this run "
-                              f"{self._serial.shape}: resume with the run's num_envs and replay_buffer_size")
+        if tuple(state["episode_end"].shape) != self._episode_end.shape:
+            raise ConfigError(f"the saved buffer has {tuple(state['episode_end'].shape)} env columns and slots, this "
+                              f"run {self._episode_end.shape}: resume with the run's num_envs and replay_buffer_size")
         self._storage = {name: tensor.numpy().copy() for name, tensor in state["storage"].items()}
-        self._serial = state["serial"].numpy().copy()
         self._episode_end = state["episode_end"].numpy().copy()
         self._pushed = state["pushed"].numpy().copy()
         self._episode_start = state["episode_start"].numpy().copy()

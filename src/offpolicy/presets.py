@@ -45,6 +45,15 @@ _ONE_ENV_EVERY_STEP = {
 }
 """One env and one update per step: Stable-Baselines3's defaults for SAC and TD3."""
 
+_FETCH_HER: dict[str, Any] = {
+    "agent": "sac",
+    "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256, warmup_steps=1_000,
+                     her=True, her_k=4, normalize_observations=True),
+    "hyperparameters": {"lr": 1e-3, "gamma": 0.95, "actor_net_arch": (64, 64), "critic_net_arch": (64, 64)},
+}
+"""RL-Zoo's SAC with hindsight replay for the Fetch tasks: one env, an update per step, gamma 0.95, lr 1e-3,
+64x64 networks, 4 relabelled goals per goal, normalised observations."""
+
 _CARTPOLE_SCHEDULE = {
     "num_envs": 8,
     "autobatch_size": 8,
@@ -169,22 +178,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         for name, version in (("Acrobot", 1), ("MountainCar", 0))
     },
     "sac-fetchreach": {
-        "agent": "sac",
+        **_FETCH_HER,
         "env": "FetchReach-v4",
         "num_steps": 20_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
-                         warmup_steps=1_000, eval_interval=2_000, eval_episodes=10, her=True, her_k=4,
-                         normalize_observations=True),
-        "hyperparameters": {"lr": 1e-3, "gamma": 0.95, "actor_net_arch": (64, 64), "critic_net_arch": (64, 64)},
+        "strategy": dict(_FETCH_HER["strategy"], eval_interval=2_000, eval_episodes=10),
     },
     "sac-fetchpush": {
-        "agent": "sac",
+        **_FETCH_HER,
         "env": "FetchPush-v4",
         "num_steps": 1_000_000,
-        "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
-                         warmup_steps=1_000, eval_interval=10_000, eval_episodes=20, her=True, her_k=4,
-                         normalize_observations=True),
-        "hyperparameters": {"lr": 1e-3, "gamma": 0.95, "actor_net_arch": (64, 64), "critic_net_arch": (64, 64)},
+        "strategy": dict(_FETCH_HER["strategy"], eval_interval=10_000, eval_episodes=20),
     },
     "seed-example": SEED_EXAMPLE,
 }
