@@ -151,3 +151,25 @@ class BitFlip(gym.Env):
 
 
 gym.register("BitFlip-v0", entry_point=BitFlip, max_episode_steps=16)
+
+
+class CorridorFrames(gym.ObservationWrapper):
+    """Corridor seen as a 3 x length grey image with the agent's cell lit."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.length = env.observation_space.n
+        self.observation_space = gym.spaces.Box(0, 255, (3, self.length), np.uint8)
+
+    def observation(self, observation):
+        frame = np.zeros((3, self.length), np.uint8)
+        frame[:, observation] = 255
+        return frame
+
+
+def stacked_corridor(length: int = 6, stack: int = 4) -> gym.Env:
+    env = gym.make("Corridor-v0", length=length)
+    return gym.wrappers.FrameStackObservation(CorridorFrames(env), stack)
+
+
+gym.register("StackedCorridor-v0", entry_point=stacked_corridor)

@@ -5,7 +5,8 @@ arrives (a `StepBatch`, with env ids and truncation flags, which buffers that
 compute n-step returns need), samples batches for a training phase, and hands
 back the learner's per-sample TD errors (`update_priorities`), which
 prioritized buffers use and the uniform one ignores. `make_replay_buffer`
-chooses the buffer from the configuration.
+chooses the buffer from the configuration and the env (frame stacks are stored
+a frame at a time, `frame_stack.FrameStackBuffer`).
 
 `TransitionBuffer`, the uniform buffer, keeps transitions in preallocated
 tensors on the learner's device, so sampling a batch is one random index draw
@@ -120,7 +121,8 @@ def make_replay_buffer(
 ) -> ReplayBuffer:
     """The replay buffer `config` asks for, on `device`, sampling from `seed`; returns discounted by the
     learner's `gamma`; prioritized replay anneals its importance correction over `total_steps`; hindsight
-    replay recomputes rewards with the `compute_reward` of an env from `env_factory`."""
+    replay recomputes rewards with the `compute_reward` of an env from `env_factory`, and uniform replay of
+    frame-stacked observations stores each frame once."""
     if config.her:
         from offpolicy.hindsight import HindsightReplayBuffer, env_reward_function
 
@@ -136,7 +138,25 @@ def make_replay_buffer(
             config.replay_buffer_size, device, seed, gamma, config.n_step, alpha=config.priority_alpha,
             beta=config.priority_beta, epsilon=config.priority_epsilon, total_steps=total_steps,
         )
+    stack = frame_stack_of_factory(env_factory) if env_factory is not None else None
+    if stack is not None:
+        from offpolicy.frame_stack import FrameStackBuffer
+
+        return FrameStackBuffer(config.replay_buffer_size, config.num_envs, *stack, device=device, seed=seed,
+                                gamma=gamma, n_step=config.n_step)
     return TransitionBuffer(config.replay_buffer_size, device, seed, gamma, config.n_step)
+
+
+def frame_stack_of_factory(env_factory: "EnvFactory") -> tuple[int, str] | None:
+    """The frame stack (size, padding) of the envs `env_factory` makes, if they stack frames; their
+    transitions are then stored a frame at a time (`frame_stack.FrameStackBuffer`)."""
+    from offpolicy.frame_stack import frame_stack_of
+
+    env = env_factory()
+    try:
+        return frame_stack_of(env)
+    finally:
+        env.close()
 
 
 class TransitionBuffer(ReplayBuffer):
