@@ -6,6 +6,7 @@ import torch
 from offpolicy.agents import make_learner
 from offpolicy.agents.dqn import DQNConfig, DQNLearner
 from offpolicy.agents.fast_cpu import FastDQNLearner, supports
+from offpolicy.agents.qrdqn import QRDQNConfig, QRDQNLearner
 from offpolicy.buffer import TransitionBuffer
 from offpolicy.checkpoint import load_state, save_state
 from offpolicy.config import ConfigError
@@ -75,6 +76,35 @@ def test_exploration_decays_and_deterministic_is_greedy():
     assert policy.act(obs, False).context["exploration_rate"] == pytest.approx(0.05 + 0.94 / np.e)
     output = policy.act(obs, True)
     assert output.context == {} and torch.equal(output.actions, policy.q_values(obs).argmax(1))
+
+
+@pytest.mark.parametrize("learner_class", LEARNERS + [QRDQNLearner])
+def test_target_update_interval_copies_every_interval_updates(learner_class):
+    config_class = QRDQNConfig if learner_class is QRDQNLearner else DQNConfig
+    learner = learner_class(OBS, ACTIONS, config_class(hidden=16, lr=1e-2, target_update_interval=3), seed=1)
+    buffer = filled_buffer()
+    initial = [p.clone() for p in learner.target_network.parameters()]
+    for update in range(1, 7):
+        learner.train(buffer.sample(32))
+        target, online = list(learner.target_network.parameters()), list(learner.q_network.parameters())
+        if update % 3 == 0:
+            assert all(torch.equal(t, o) for t, o in zip(target, online)), f"no copy after update {update}"
+            initial = [p.clone() for p in target]
+        else:
+            assert all(torch.equal(t, i) for t, i in zip(target, initial)), f"the target moved at update {update}"
+
+
+def test_linear_exploration_falls_from_start_to_end_over_the_decay():
+    policy = DQNLearner(OBS, ACTIONS, DQNConfig(exploration_start=1.0, exploration_end=0.01, exploration_decay=1000,
+                                                exploration_schedule="linear"), seed=0).policy()
+    obs = torch.zeros(1, 4)
+    for steps, rate in [(0, 1.0), (500, 0.505), (1000, 0.01), (5000, 0.01)]:
+        policy.set_env_steps(steps)
+        assert policy.act(obs, False).context["exploration_rate"] == pytest.approx(rate)
+    with pytest.raises(ConfigError, match="exploration_schedule must be one of exponential, linear"):
+        DQNConfig(exploration_schedule="cosine").validate()
+    with pytest.raises(ConfigError, match="target_update_interval must be 0"):
+        DQNConfig(target_update_interval=-1).validate()
 
 
 @pytest.mark.parametrize("learner_class", LEARNERS)

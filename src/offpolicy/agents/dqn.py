@@ -4,9 +4,10 @@ One update (`DQNLearner.train`), on a batch of transitions (s, a, r, s', termina
 discounts d (gamma, or gamma^m where r sums m rewards: n-step returns):
 1. target: y = r + d * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))   (double DQN);
 2. loss = mean_b w_b * huber(Q(s, a) - y), one Adam step with the gradient norm clipped to `max_grad_norm`;
-3. target: Q_target <- (1 - tau) * Q_target + tau * Q.
+3. target: Q_target <- (1 - tau) * Q_target + tau * Q, or with `target_update_interval` C > 0, Q_target <- Q
+   every C updates (the Nature DQN's copy).
 Acting takes argmax_a Q(s, a), or with probability epsilon a uniformly random action; epsilon decays
-exponentially with the environment steps acted (`EpsilonGreedy`). With `dueling`, Q is computed as
+exponentially (or linearly) with the environment steps acted (`EpsilonGreedy`). With `dueling`, Q is computed as
 V(s) + A(s, a) - mean_a' A(s, a') (`DuelingQNetwork`).
 """
 
@@ -23,7 +24,7 @@ from torch.nn import functional as F
 
 from offpolicy.agents.common import discrete_actions, hidden_widths, soft_update, validate_common
 from offpolicy.agents.custom_encoder import CustomEncoder
-from offpolicy.agents.exploration import EpsilonGreedy
+from offpolicy.agents.exploration import SCHEDULES, EpsilonGreedy
 from offpolicy.agents.networks import Encoder, make_encoder, q_network
 from offpolicy.agents.optim import LeanAdam
 from offpolicy.buffer import TransitionBatch
@@ -41,6 +42,9 @@ class DQNConfig:
     """Discount factor."""
     tau: float = 0.005
     """Soft target update rate per optimisation step (1.0 copies the online network)."""
+    target_update_interval: int = 0
+    """Optimisation steps between copies of the online network into the target; 0 updates it softly, with
+    `tau`, after every step."""
     hidden: int = 64
     """Width of each hidden layer."""
     layers: int = 3
@@ -58,7 +62,10 @@ class DQNConfig:
     exploration_end: float = 0.05
     """Exploration rate it decays towards."""
     exploration_decay: float = 6000.0
-    """Environment steps over which epsilon - end shrinks by a factor e (exponential decay)."""
+    """Environment steps over which epsilon - end shrinks by a factor e (exponential schedule), or over
+    which epsilon falls from start to end (linear schedule)."""
+    exploration_schedule: str = "exponential"
+    """How epsilon falls with the steps acted: exponential or linear (CleanRL's and SB3's schedule)."""
     max_grad_norm: float = 10.0
     """Gradients are rescaled to at most this global norm."""
     dueling: bool = False
@@ -73,6 +80,11 @@ class DQNConfig:
             raise ConfigError(f"exploration_decay must be positive, got {self.exploration_decay}")
         if not self.max_grad_norm > 0:
             raise ConfigError(f"max_grad_norm must be positive, got {self.max_grad_norm}")
+        if self.target_update_interval < 0:
+            raise ConfigError(f"target_update_interval must be 0 (soft updates) or more, got {self.target_update_interval}")
+        if self.exploration_schedule not in SCHEDULES:
+            raise ConfigError(f"exploration_schedule must be one of {', '.join(SCHEDULES)}, got "
+                              f"{self.exploration_schedule!r}")
 
 
 class DQNPolicy(Policy):
@@ -137,7 +149,8 @@ class DQNLearner(PolicyLearner):
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.parameters = list(self.q_network.parameters())
         self.optimizer = LeanAdam(self.parameters, c.lr)
-        exploration = EpsilonGreedy(num_actions, c.exploration_start, c.exploration_end, c.exploration_decay, seed)
+        exploration = EpsilonGreedy(num_actions, c.exploration_start, c.exploration_end, c.exploration_decay, seed,
+                                    c.exploration_schedule)
         self._policy = self.policy_class(self.q_network, exploration)
         self.updates = 0
 
@@ -159,10 +172,19 @@ class DQNLearner(PolicyLearner):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
         self.optimizer.step()
-        soft_update(self.target_network, self.q_network, c.tau)
         self.updates += 1
+        self.update_target()
         q_values = q_values.detach()
         return TrainOutput({"loss": loss.detach(), "q_values": q_values.mean()}, (q_values - target).abs())
+
+    def update_target(self) -> None:
+        """After an optimisation step: the soft update with tau, or every `target_update_interval` steps a
+        copy."""
+        interval = self.config.target_update_interval
+        if interval == 0:
+            soft_update(self.target_network, self.q_network, self.config.tau)
+        elif self.updates % interval == 0:
+            soft_update(self.target_network, self.q_network, 1.0)
 
     def policy(self) -> DQNPolicy:
         return self._policy

@@ -69,17 +69,24 @@ class NumpyStream(Exploration):
         self.rng = np.random.default_rng(seed)
 
 
-class EpsilonGreedy(NumpyStream):
-    """A uniformly random action with probability epsilon, which decays exponentially with the steps acted:
-    epsilon = end + (start - end) * exp(-env_steps / decay)."""
+SCHEDULES = ("exponential", "linear")
+"""How epsilon falls with the steps acted."""
 
-    def __init__(self, num_actions: int, start: float, end: float, decay: float, seed: int) -> None:
+
+class EpsilonGreedy(NumpyStream):
+    """A uniformly random action with probability epsilon, which falls with the steps acted: exponentially,
+    epsilon = end + (start - end) * exp(-env_steps / decay), or linearly from start to end over `decay` steps."""
+
+    def __init__(self, num_actions: int, start: float, end: float, decay: float, seed: int,
+                 schedule: str = "exponential") -> None:
         super().__init__(seed)
         self.num_actions = num_actions
-        self.start, self.end, self.decay = start, end, decay
+        self.start, self.end, self.decay, self.schedule = start, end, decay, schedule
 
     def rate(self) -> float:
         """Epsilon at the current step."""
+        if self.schedule == "linear":
+            return self.start + (self.end - self.start) * min(1.0, self.env_steps / self.decay)
         return self.end + (self.start - self.end) * math.exp(-self.env_steps / self.decay)
 
     def draw(self, count: int) -> tuple[float, np.ndarray, np.ndarray]:

@@ -189,8 +189,11 @@ class FastDQNLearner(DQNLearner):
         for parameter, grad in zip(self.parameters, self._online.grads):
             parameter.grad = grad
         self.optimizer.step(self._grad_scale)
-        with torch.no_grad():
-            torch._foreach_lerp_(self._target_parameters, self.parameters, c.tau)
         self.updates += 1
+        if c.target_update_interval == 0:  # update_target's soft update, on lists made once
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_parameters, self.parameters, c.tau)
+        else:
+            self.update_target()
         metrics = {"loss": scalar_tensor(loss), "q_values": scalar_tensor(np.add.reduce(q_values) / size)}
         return TrainOutput(metrics, torch.from_numpy(np.abs(error)))

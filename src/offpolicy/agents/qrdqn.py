@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from offpolicy.agents.common import hidden_widths, soft_update
+from offpolicy.agents.common import hidden_widths
 from offpolicy.agents.custom_encoder import CustomEncoder
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
 from offpolicy.agents.networks import Encoder, q_network
@@ -97,8 +97,8 @@ class QRDQNLearner(DQNLearner):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
         self.optimizer.step()
-        soft_update(self.target_network, self.q_network, c.tau)
         self.updates += 1
+        self.update_target()
         q_values = quantiles.detach().mean(dim=1)
         td_errors = (q_values - targets.mean(dim=1)).abs()
         return TrainOutput({"loss": loss.detach(), "q_values": q_values.mean()}, td_errors)
