@@ -14,6 +14,8 @@ from typing import Any, Callable, Sequence, Union
 import gymnasium as gym
 import numpy as np
 
+from offpolicy.atari import AtariEnvFactory, is_atari
+
 EnvFactory = Callable[[], gym.Env]
 EnvSpec = Union[str, EnvFactory]
 
@@ -23,6 +25,7 @@ class EnvError(ValueError):
 
 
 ENV_FAMILIES = {
+    "ALE/": ("ale_py", None, "atari"),
     "MinAtar/": ("minatar.gym", "register_envs", "minatar"),
     "Fetch": ("gymnasium_robotics", None, "robotics"),
     "HandManipulate": ("gymnasium_robotics", None, "robotics"),
@@ -75,24 +78,31 @@ class GymEnvFactory:
 
     def __call__(self) -> gym.Env:
         import_env_modules(self.env_id, self.packages)
-        try:
-            return gym.make(self.env_id, **self.kwargs)
-        except gym.error.DependencyNotInstalled as error:
-            extra = missing_extra(self.env_id)
-            hint = f"install it with: pip install 'offpolicy[{extra}]'" if extra else str(error)
-            raise EnvError(f"environment {self.env_id!r} needs a package that is missing; {hint}") from error
-        except gym.error.Error as error:
-            raise EnvError(f"cannot make environment {self.env_id!r}: {error}") from error
-        except TypeError as error:  # a keyword the env's constructor does not take
-            reason = str(error).split(" was raised from")[0]  # Gymnasium appends the whole call
-            raise EnvError(f"cannot make environment {self.env_id!r} with arguments {self.kwargs}: {reason}") from error
+        return make_registered(self.env_id, self.kwargs, gym.make)
 
     def __str__(self) -> str:
         return self.env_id
 
 
+def make_registered(env_id: str, kwargs: dict[str, Any], make: Callable[..., gym.Env]) -> gym.Env:
+    """`make(env_id, **kwargs)`, its failures as one line saying why (a missing package names our extra)."""
+    try:
+        return make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled as error:
+        extra = missing_extra(env_id)
+        hint = f"install it with: pip install 'offpolicy[{extra}]'" if extra else str(error)
+        raise EnvError(f"environment {env_id!r} needs a package that is missing; {hint}") from error
+    except gym.error.Error as error:
+        raise EnvError(f"cannot make environment {env_id!r}: {error}") from error
+    except TypeError as error:  # a keyword the env's constructor does not take
+        reason = str(error).split(" was raised from")[0]  # Gymnasium appends the whole call
+        raise EnvError(f"cannot make environment {env_id!r} with arguments {kwargs}: {reason}") from error
+
+
 def missing_extra(env_id: str) -> str | None:
-    """Which optional extra of ours brings what `env_id` needs (box2d, mujoco), if any."""
+    """Which optional extra of ours brings what `env_id` needs (box2d, mujoco, atari), if any."""
+    if is_atari(env_id):
+        return "atari"  # ale-py and OpenCV, which Gymnasium's Atari preprocessing resizes frames with
     entry_point = str(gym.registry[env_id].entry_point) if env_id in gym.registry else ""
     for extra in ("box2d", "mujoco"):
         if extra in entry_point:
@@ -111,12 +121,22 @@ def make_env_factory(env: EnvSpec, kwargs: dict[str, Any] | None = None, package
             hint = f" (did you mean {', '.join(sorted(close)[:3])}?)" if close else ""
             where = "" if ":" in env or packages else "; an env of your own: --env-package PACKAGE or MODULE:ENV_ID"
             raise EnvError(f"unknown environment id {env!r}{hint}{where}")
+        if is_atari(env):
+            return AtariEnvFactory(env, dict(kwargs or {}))
         return GymEnvFactory(env, dict(kwargs or {}), tuple(packages))
     if callable(env):
         return env
     raise EnvError(
         f"env must be a Gymnasium env id or a zero-argument callable returning an env, got {env!r}"
     )
+
+
+def evaluation_env_factory(factory: EnvFactory) -> EnvFactory:
+    """The factory of evaluation envs: `factory.for_evaluation()` where it has one (an Atari game's whole
+    games with their own scores, without training's life-loss terminations and reward clipping), else
+    `factory` itself."""
+    for_evaluation = getattr(factory, "for_evaluation", None)
+    return for_evaluation() if callable(for_evaluation) else factory
 
 
 def config_env_factory(config: Any) -> EnvFactory:
@@ -126,7 +146,7 @@ def config_env_factory(config: Any) -> EnvFactory:
 
 def env_name(factory: EnvFactory) -> str:
     """A short name for logs and run directories."""
-    if isinstance(factory, GymEnvFactory):
+    if isinstance(factory, (GymEnvFactory, AtariEnvFactory)):
         return factory.env_id
     return getattr(factory, "__name__", type(factory).__name__)
 

@@ -22,7 +22,9 @@ from offpolicy.agents import make_learner
 from offpolicy.agents.custom_encoder import EncoderFactory, recorded_encoder
 from offpolicy.checkpoint import CheckpointError, Checkpointer, load_state, save_state
 from offpolicy.config import ConfigError, RunConfig
-from offpolicy.envs import EnvError, EnvSpec, GymEnvFactory, config_env_factory, make_env_factory, probe_spaces
+from offpolicy.envs import (
+    EnvError, EnvFactory, EnvSpec, config_env_factory, evaluation_env_factory, make_env_factory, probe_spaces,
+)
 from offpolicy.policy import Policy
 from offpolicy.spaces import read_spaces
 from offpolicy.training import CONFIG_FILE, load_run_config, write_spaces
@@ -147,7 +149,7 @@ def evaluate_policy(
     """
     if episodes < 1:
         raise ConfigError(f"episodes must be at least 1, got {episodes}")
-    environment = make_env_factory(env)()
+    environment = evaluation_env_factory(make_env_factory(env))()
     returns: list[float] = []
     lengths: list[int] = []
     try:
@@ -196,7 +198,7 @@ def record_video(
     frames: list[np.ndarray] = []
     for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # off-screen rendering needs no display or sound
         os.environ.setdefault(driver, "dummy")
-    factory = GymEnvFactory(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, tuple(env_packages))
+    factory = make_env_factory(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, env_packages)
     try:
         result = evaluate_policy(policy, factory, episodes, seed, on_frame=frames.append)
     except gym.error.DependencyNotInstalled as error:
@@ -220,7 +222,7 @@ def describe_checkpoint(loaded: LoadedPolicy) -> str:
     return f"{loaded.config.agent} on {loaded.config.env}, checkpoint at step {loaded.step:,}{during}"
 
 
-def _render_fps(factory: GymEnvFactory) -> int:
+def _render_fps(factory: EnvFactory) -> int:
     environment = factory()
     try:
         return int(environment.metadata.get("render_fps") or 30)

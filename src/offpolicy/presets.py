@@ -74,6 +74,35 @@ _LUNARLANDER_DQN = {
 }
 """RL-Zoo's DQN settings for LunarLander."""
 
+_ATARI_DQN = {
+    "agent": "dqn",
+    "num_steps": 10_000_000,
+    "strategy": {"num_envs": 8, "autobatch_size": 8, "replay_buffer_size": 1_000_000, "train_interval": 4,
+                 "train_steps": 1, "train_batch_size": 32, "warmup_steps": 80_000, "eval_interval": 250_000,
+                 "eval_episodes": 5},
+    "hyperparameters": {"lr": 1e-4, "gamma": 0.99, "net_arch": (512,), "target_update_interval": 250,
+                        "exploration_schedule": "linear", "exploration_start": 1.0, "exploration_end": 0.01,
+                        "exploration_decay": 1_000_000.0},
+}
+"""CleanRL's dqn_atari.py: 10M steps, a 1M buffer, Adam 1e-4, batches of 32 every 4 steps, the target copied
+every 1,000 steps (250 updates), learning from 80k steps, epsilon 1 to 0.01 over the first 10%; the Nature
+CNN with a 512-wide layer. Eight envs act in batches; updates per transition are CleanRL's."""
+
+_MINATAR_DQN = {
+    "agent": "dqn",
+    "num_steps": 1_000_000,
+    "strategy": {"num_envs": 8, "autobatch_size": 8, "replay_buffer_size": 100_000, "train_interval": 8,
+                 "train_steps": 8, "train_batch_size": 32, "warmup_steps": 5_000, "eval_interval": 50_000,
+                 "eval_episodes": 10},
+    "hyperparameters": {"lr": 2.5e-4, "gamma": 0.99, "net_arch": (128,), "target_update_interval": 1_000,
+                        "exploration_schedule": "linear", "exploration_start": 1.0, "exploration_end": 0.1,
+                        "exploration_decay": 100_000.0},
+}
+"""The MinAtar paper's DQN (Young and Tian, 2019): a 100k buffer, an update of 32 per step, the target
+copied every 1,000 updates, learning from 5,000 steps, epsilon 1 to 0.1 over 100k steps, one 16-filter 3x3
+convolution and a 128-wide layer; Adam at its RMSProp's rate, and eight envs whose steps are trained on
+in phases of 8 updates (the same updates per transition)."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dqn-cartpole": {
         "agent": "dqn",
@@ -189,6 +218,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_steps": 1_000_000,
         "strategy": dict(_FETCH_HER["strategy"], eval_interval=10_000, eval_episodes=20),
     },
+    "dqn-atari": {**_ATARI_DQN, "env": "ALE/Breakout-v5"},
+    "dqn-minatar": {**_MINATAR_DQN, "env": "MinAtar/Breakout-v1"},
     "seed-example": SEED_EXAMPLE,
 }
 """`dqn-cartpole` is what a bare `offpolicy train` runs; `seed-example` is the seed framework's
@@ -226,9 +257,17 @@ PRESET_DESCRIPTIONS = {
                      "learning; RL-Zoo trains TQC with 512x512x512 networks for about 1M steps)",
     "dqn-acrobot": "DQN on Acrobot-v1 (CleanRL's schedule: 10k buffer, an update every 10 steps; final evaluation "
                    "-80.7 +/- 7.5 at 500k steps over 3 seeds, CleanRL -91.5)",
+    "dqn-atari": "DQN on any Atari game (ALE/...-v5, atari extra; CleanRL's dqn_atari.py settings for 10M steps; "
+                 "unverified: published scores take about 40 hours of a 2-core CPU, a GPU job)",
+    "dqn-minatar": "DQN on any MinAtar game (MinAtar/...-v1, minatar extra; the MinAtar paper's settings for "
+                   "1M steps)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; falls short: the final evaluation is -200 on 3 "
                        "seeds at 500k steps, after best evaluations of -95 to -139; CleanRL -195)",
 }
+
+
+FAMILY_PRESETS = {("dqn", "ALE/"): "dqn-atari", ("dqn", "MinAtar/"): "dqn-minatar"}
+"""The preset for an agent on every env whose id starts with a prefix (each Atari game, each MinAtar game)."""
 
 
 def preset(name: str) -> dict[str, Any]:
@@ -243,7 +282,9 @@ def default_preset(agent: str, env: str) -> str | None:
     for name, values in PRESETS.items():
         if name != "seed-example" and values["agent"] == agent and values["env"] == env:
             return name
-    return None
+    registered = env.split(":", 1)[-1]
+    return next((name for (owner, prefix), name in FAMILY_PRESETS.items()
+                 if owner == agent and registered.startswith(prefix)), None)
 
 
 def apply_settings(values: dict[str, Any], settings: dict[str, Any], label: Callable[[str], str] = repr) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import torch
 from offpolicy.buffer import ReplayBuffer, make_replay_buffer
 from offpolicy.checkpoint import Checkpointer, NonFiniteStateError
 from offpolicy.config import OffPolicyConfig
-from offpolicy.envs import EVALUATION_ENV, TRAINING_ENVS, EnvFactory, derive_seeds
+from offpolicy.envs import EVALUATION_ENV, TRAINING_ENVS, EnvFactory, derive_seeds, evaluation_env_factory
 from offpolicy.events import (
     EnvsRestarted,
     EvaluationEnded,
@@ -181,7 +181,7 @@ class OffPolicyStrategy:
             eval_runner = cleanup.enter_context(
                 make_evaluation_runner(
                     config.backend,
-                    env_factory,
+                    evaluation_env_factory(env_factory),
                     derive_seeds(components.seed, 1, EVALUATION_ENV, starting_step)[0],
                     copy.deepcopy(learner.policy()).to(components.inference_device),
                     options,
