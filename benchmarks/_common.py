@@ -57,10 +57,12 @@ def profile_run(config, title: str) -> None:
     from offpolicy.envs import make_env_factory, probe_spaces
     from offpolicy.runners.inprocess import EnvSession
 
-    spaces = probe_spaces(make_env_factory(config.env))
+    factory = make_env_factory(config.env)
+    spaces = probe_spaces(factory)
     sample = make_learner(config.agent, *spaces, config.hyperparameters, config.device, config.seed)
     learner_class, policy_class = type(sample), type(sample.policy())
-    buffer_class = type(make_replay_buffer(config.strategy, config.device, config.seed, sample.gamma, config.num_steps))
+    buffer_class = type(make_replay_buffer(config.strategy, config.device, config.seed, sample.gamma, config.num_steps,
+                                           factory))
 
     spent: dict[str, float] = {}
 

@@ -1,0 +1,171 @@
+"""minatar: DQN on the five MinAtar games from pixels, against the MinAtar paper's DQN, and its speed against SB3.
+
+Learning: the dqn-minatar preset for 1M steps (MinAtar has no frame skip: 1M frames) on each game, seed 0, one
+torch thread, two runs at once; each finished run is stored in `benchmarks/results/minatar/<game>.json` and
+never repeated, so the set completes over several sittings. The report (`docs/minatar.md`, with the curves in
+`docs/images/minatar.png`) compares the final evaluation (10 episodes, deterministic) with the paper's DQN at
+1M frames, read off its curves (Young and Tian, 2019, figure 2).
+
+Speed (--speed): MinAtar/Breakout-v1 for 100k steps at the preset's settings (an update of 32 per step from
+5,000 steps on), ours against Stable-Baselines3's DQN with the same network (16 3x3 filters, a 128-wide
+layer) and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
+
+    python benchmarks/minatar.py [--only GAME ...] [--jobs 2] [--report] [--speed [--seeds 0 1]]
+    # needs: pip install -e .[minatar,plot] (and .[bench] for --speed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from _common import run_alternating
+from _runs import RESULTS, ROOT, load, plot_curves, run_missing
+
+from offpolicy.presets import preset
+
+STEPS = 1_000_000
+PAPER_DQN = {"Asterix": (8.0, 10.0), "Breakout": (9.0, 10.0), "Freeway": (47.0, 47.0), "Seaquest": (1.0, 1.0),
+             "SpaceInvaders": (30.0, 30.0)}
+"""The MinAtar paper's DQN (without replay's extensions) at 1M frames, a range read off its curves."""
+SPEED_STEPS = 100_000
+
+
+def game_path(game: str) -> Path:
+    return RESULTS / "minatar" / f"{game.lower()}.json"
+
+
+def game_values(game: str) -> dict:
+    return dict(preset("dqn-minatar"), env=f"MinAtar/{game}-v1", num_steps=STEPS, seed=0)
+
+
+def report() -> str:
+    rows = ["| game | final evaluation | best evaluation | the paper's DQN at 1M frames | at least the paper's | "
+            "minutes |", "|---|---|---|---|---|---|"]
+    runs, met = {}, 0
+    for game, (low, high) in PAPER_DQN.items():
+        done = load([game_path(game)])
+        paper = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+        if not done:
+            rows.append(f"| {game} | - | - | {paper} | not yet run | - |")
+            continue
+        run = done[0]
+        runs[game] = done
+        reached = run["final_return"] >= low
+        met += reached
+        rows.append(f"| {game} | {run['final_return']:.1f} | {run['best_return']:.1f} | {paper} | "
+                    f"{'yes' if reached else 'no'} | {run['seconds'] / 60:.0f} |")
+    if runs:
+        plot_curves(runs, ROOT / "docs" / "images" / "minatar.png", "MinAtar: DQN (dqn-minatar), seed 0")
+    text = "\n".join([
+        "# MinAtar",
+        "",
+        "DQN from pixels (`offpolicy train dqn MinAtar/<Game>-v1`, the `dqn-minatar` preset: the MinAtar paper's",
+        "settings) for 1M steps on each game, seed 0, one torch thread; the final evaluation is the mean return of",
+        "10 deterministic episodes. The paper's figures are its DQN at 1M frames, read off its curves (Young and",
+        "Tian, 2019).",
+        "",
+        *rows,
+        "",
+        f"At least the paper's DQN on {met} of {len(runs)} games run so far.",
+        "",
+        "![MinAtar curves](images/minatar.png)" if runs else "",
+        "",
+        "Produced by `python benchmarks/minatar.py` (resumable; `--report` rewrites this page from the stored",
+        "results in `benchmarks/results/minatar/`).",
+        "",
+    ])
+    (ROOT / "docs" / "minatar.md").write_text(text)
+    return text
+
+
+def speed_values(seed: int) -> dict:
+    values = preset("dqn-minatar")
+    values["strategy"]["eval_interval"] = SPEED_STEPS * 10
+    return dict(values, env="MinAtar/Breakout-v1", num_steps=SPEED_STEPS, seed=seed, torch_threads=1)
+
+
+def run_offpolicy(seed: int) -> dict:
+    import offpolicy
+
+    start = time.perf_counter()
+    result = offpolicy.train(offpolicy.RunConfig(**speed_values(seed)), save=False, quiet=True)
+    return {"wall": time.perf_counter() - start, "updates": result.stats.train_steps}
+
+
+def run_sb3(seed: int) -> dict:
+    import gymnasium as gym
+    import torch
+    from minatar.gym import register_envs
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    class SmallGrid(BaseFeaturesExtractor):
+        """The MinAtar paper's convolution: 16 3x3 filters over the channels-last grid."""
+
+        def __init__(self, space: gym.spaces.Box) -> None:
+            height, width, channels = space.shape
+            super().__init__(space, 16 * (height - 2) * (width - 2))
+            self.convolution = nn.Sequential(nn.Conv2d(channels, 16, 3), nn.ReLU(), nn.Flatten())
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.convolution(observations.permute(0, 3, 1, 2))
+
+    register_envs()
+    torch.set_num_threads(1)
+    values = speed_values(seed)
+    strategy, hyper = values["strategy"], values["hyperparameters"]
+    model = DQN("MlpPolicy", gym.make(values["env"]), learning_rate=hyper["lr"], buffer_size=strategy["replay_buffer_size"],
+                learning_starts=strategy["warmup_steps"], batch_size=strategy["train_batch_size"], gamma=hyper["gamma"],
+                train_freq=1, gradient_steps=1, target_update_interval=hyper["target_update_interval"],
+                exploration_initial_eps=hyper["exploration_start"], exploration_final_eps=hyper["exploration_end"],
+                exploration_fraction=hyper["exploration_decay"] / SPEED_STEPS,
+                policy_kwargs={"features_extractor_class": SmallGrid, "net_arch": list(hyper["net_arch"])},
+                seed=seed, device="cpu", verbose=0)
+    start = time.perf_counter()
+    model.learn(SPEED_STEPS)
+    return {"wall": time.perf_counter() - start, "updates": model._n_updates}
+
+
+SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3}
+
+
+def speed(seeds: list[int]) -> None:
+    results = run_alternating(__file__, list(SYSTEMS), seeds)
+    walls = {name: statistics.median(run["wall"] for run in runs) for name, runs in results.items()}
+    print(f"\nMinAtar/Breakout-v1, {SPEED_STEPS:,} steps at dqn-minatar's settings, 1 torch thread; seeds {seeds}")
+    for name, runs in results.items():
+        values = [run["wall"] for run in runs]
+        print(f"  {name:<10} wall {walls[name]:7.1f} s (median; {min(values):.1f}-{max(values):.1f}), "
+              f"{SPEED_STEPS / walls[name]:6.0f} steps/s, {runs[0]['updates']:,} updates, "
+              f"offpolicy / {name} {walls['offpolicy'] / walls[name]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="GAME", choices=list(PAPER_DQN))
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each")
+    parser.add_argument("--report", action="store_true", help="only write the report from stored results")
+    parser.add_argument("--speed", action="store_true", help="only the wall-clock comparison with SB3")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(SYSTEMS[args.one](args.seed)))
+        return
+    if args.speed:
+        speed(args.seeds)
+        return
+    if not args.report:
+        games = [game for game in PAPER_DQN if not args.only or game in args.only]
+        run_missing([(game_path(game), game_values(game), {"game": game}) for game in games], args.jobs)
+    print(report())
+
+
+if __name__ == "__main__":
+    main()
