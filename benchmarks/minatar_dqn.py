@@ -1,4 +1,4 @@
-"""minatar: DQN on the five MinAtar games from pixels, against the MinAtar paper's DQN, and its speed against SB3.
+"""minatar_dqn: DQN on the five MinAtar games from pixels, against the MinAtar paper's DQN, and its speed against SB3.
 
 Learning: the dqn-minatar preset for 1M steps (MinAtar has no frame skip: 1M frames) on each game, seed 0, one
 torch thread, two runs at once; each finished run is stored in `benchmarks/results/minatar/<game>.json` and
@@ -10,8 +10,10 @@ Speed (--speed): MinAtar/Breakout-v1 for 100k steps at the preset's settings (an
 5,000 steps on), ours against Stable-Baselines3's DQN with the same network (16 3x3 filters, a 128-wide
 layer) and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
 
-    python benchmarks/minatar.py [--only GAME ...] [--jobs 2] [--report] [--speed [--seeds 0 1]]
+    python benchmarks/minatar_dqn.py [--only GAME ...] [--jobs 2] [--report] [--speed [--seeds 0 1]]
     # needs: pip install -e .[minatar,plot] (and .[bench] for --speed)
+
+(Not named minatar.py: run from this folder, it would shadow the `minatar` package.)
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def report() -> str:
         "",
         "![MinAtar curves](images/minatar.png)" if runs else "",
         "",
-        "Produced by `python benchmarks/minatar.py` (resumable; `--report` rewrites this page from the stored",
+        "Produced by `python benchmarks/minatar_dqn.py` (resumable; `--report` rewrites this page from the stored",
         "results in `benchmarks/results/minatar/`).",
         "",
     ])
