@@ -109,7 +109,7 @@ class FrameStackBuffer(ReplayBuffer):
             return
         observations, following = np.asarray(steps.observations), np.asarray(steps.next_observations)
         self._check(steps, observations, following)
-        envs, size, k = steps.env_ids, self.column_capacity, self.stack_size
+        envs, size = steps.env_ids, self.column_capacity
         order = np.argsort(envs, kind="stable")
         sorted_envs = envs[order]
         group_start = np.searchsorted(sorted_envs, sorted_envs, side="left")
@@ -141,10 +141,8 @@ class FrameStackBuffer(ReplayBuffer):
         written = self._written + np.bincount(envs, weights=frames_per_row, minlength=self.columns).astype(np.int64)
         kept = rank >= counts[envs] - size  # an env with more rows than its column keeps its newest
         rows, slots = np.flatnonzero(kept), serials[kept] % size
-        values = {"actions": steps.actions, "rewards": steps.rewards, "terminated": steps.terminated,
-                  "done": steps.done}
-        for name in STEP_FIELDS:
-            self._steps[name][envs[rows], slots] = np.asarray(values[name])[rows]
+        for name, values in _step_fields(steps).items():
+            self._steps[name][envs[rows], slots] = values[rows]
         self._newest_frame[envs[rows], slots] = newest[rows]
         self._episode_first[envs[rows], slots] = first[rows]
         for positions, frames, where in ((newest, observations[:, -1], starts), (newest + 1, following[:, -1], None)):
@@ -177,9 +175,7 @@ class FrameStackBuffer(ReplayBuffer):
         frame_shape = observations.shape[2:]
         self._frames = np.zeros((self.columns, self.column_capacity, *frame_shape), observations.dtype)
         self._last_next = np.zeros((self.columns, *observations.shape[1:]), observations.dtype)
-        values = {"actions": steps.actions, "rewards": steps.rewards, "terminated": steps.terminated, "done": steps.done}
-        for name in STEP_FIELDS:
-            array = np.asarray(values[name])
+        for name, array in _step_fields(steps).items():
             dtype = np.float32 if array.dtype == np.float64 else array.dtype
             self._steps[name] = np.zeros((self.columns, self.column_capacity, *array.shape[1:]), dtype)
 
@@ -304,6 +300,12 @@ class FrameStackBuffer(ReplayBuffer):
 
     def load_sampling_state(self, state: Any) -> None:
         self._rng.bit_generator.state = state
+
+
+def _step_fields(steps: StepBatch) -> dict[str, np.ndarray]:
+    """What is stored of each step beside its frames (`STEP_FIELDS`)."""
+    return {"actions": np.asarray(steps.actions), "rewards": np.asarray(steps.rewards),
+            "terminated": np.asarray(steps.terminated), "done": np.asarray(steps.done)}
 
 
 __all__ = ["FrameStackBuffer", "frame_stack_of"]
