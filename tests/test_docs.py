@@ -47,3 +47,17 @@ def test_the_cli_reference_covers_every_option():
         for action in command._actions:
             for option in action.option_strings:
                 assert option in text, f"{option} of offpolicy {name} is not in docs/cli.md"
+
+
+def test_the_agent_pages_are_generated_from_the_current_code():
+    """`docs/agents/*.md` come from each agent's module docstring, config fields and presets
+    (`python tools/agent_pages.py`); a changed hyperparameter or preset fails here until they are regenerated."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from agent_pages import DOCS, pages
+
+    from offpolicy.agents import AGENTS
+
+    generated = pages()
+    assert set(generated) == set(AGENTS)
+    for agent, text in generated.items():
+        assert (DOCS / f"{agent}.md").read_text(encoding="utf-8") == text, f"docs/agents/{agent}.md is out of date"

@@ -1,4 +1,4 @@
-"""DQN: a Q-network, a soft-updated target, epsilon-greedy exploration, double-DQN targets.
+"""DQN: a Q-network, a target network, epsilon-greedy exploration, double-DQN targets.
 
 One update (`DQNLearner.train`), on a batch of transitions (s, a, r, s', terminated) with weights w and
 discounts d (gamma, or gamma^m where r sums m rewards: n-step returns):

@@ -9,7 +9,8 @@ for n-step returns):
 2. u_ij = T_j - theta_i(s, a); the quantile Huber loss
    rho_i(u) = |tau_i - 1{u < 0}| * huber(u)   (huber with threshold 1);
    loss = mean_b w_b * sum_i mean_j rho_i(u_bij), one Adam step with the gradient norm clipped;
-3. target: theta_target <- (1 - tau) * theta_target + tau * theta.
+3. target: theta_target <- (1 - tau) * theta_target + tau * theta, or a copy every `target_update_interval`
+   updates.
 Exploration, acting (argmax of the quantiles' mean), presets and the `dueling` option are DQN's.
 """
 
