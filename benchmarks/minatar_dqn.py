@@ -10,7 +10,8 @@ Speed (--speed): MinAtar/Breakout-v1 for 100k steps at the preset's settings (an
 5,000 steps on), ours against Stable-Baselines3's DQN with the same network (16 3x3 filters, a 128-wide
 layer) and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
 
-    python benchmarks/minatar_dqn.py [--only GAME ...] [--jobs 2] [--report] [--speed [--seeds 0 1]]
+    python benchmarks/minatar_dqn.py [--only GAME ...] [--preset dqn-minatar-combined] [--jobs 2] [--report]
+    python benchmarks/minatar_dqn.py --speed [--seeds 0 1]
     # needs: pip install -e .[minatar,plot] (and .[bench] for --speed)
 
 (Not named minatar.py: run from this folder, it would shadow the `minatar` package.)
@@ -36,48 +37,59 @@ PAPER_DQN = {"Asterix": (8.0, 10.0), "Breakout": (9.0, 10.0), "Freeway": (47.0, 
 SPEED_STEPS = 100_000
 
 
-def game_path(game: str) -> Path:
-    return RESULTS / "minatar" / f"{game.lower()}.json"
+VARIANTS = {"dqn-minatar": RESULTS / "minatar", "dqn-minatar-combined": RESULTS / "minatar" / "combined"}
+"""Each preset run, and where its results go."""
 
 
-def game_values(game: str) -> dict:
-    return dict(preset("dqn-minatar"), env=f"MinAtar/{game}-v1", num_steps=STEPS, seed=0)
+def game_path(game: str, variant: str = "dqn-minatar") -> Path:
+    return VARIANTS[variant] / f"{game.lower()}.json"
+
+
+def game_values(game: str, variant: str) -> dict:
+    return dict(preset(variant), env=f"MinAtar/{game}-v1", num_steps=STEPS, seed=0)
 
 
 def report() -> str:
-    rows = ["| game | final evaluation | best evaluation | the paper's DQN at 1M frames | at least the paper's | "
-            "minutes |", "|---|---|---|---|---|---|"]
-    runs, met = {}, 0
+    rows = ["| game | dqn-minatar: final evaluation | best | the paper's DQN at 1M frames | at least the paper's | "
+            "minutes | dqn-minatar-combined: final | best |", "|---|---|---|---|---|---|---|---|"]
+    curves, met, games_run = {}, 0, 0
     for game, (low, high) in PAPER_DQN.items():
-        done = load([game_path(game)])
         paper = f"{low:g}" if low == high else f"{low:g}-{high:g}"
-        if not done:
-            rows.append(f"| {game} | - | - | {paper} | not yet run | - |")
-            continue
-        run = done[0]
-        runs[game] = done
-        reached = run["final_return"] >= low
-        met += reached
-        rows.append(f"| {game} | {run['final_return']:.1f} | {run['best_return']:.1f} | {paper} | "
-                    f"{'yes' if reached else 'no'} | {run['seconds'] / 60:.0f} |")
-    if runs:
-        plot_curves(runs, ROOT / "docs" / "images" / "minatar.png", "MinAtar: DQN (dqn-minatar), seed 0")
+        cells = [game]
+        for variant in VARIANTS:
+            done = load([game_path(game, variant)])
+            if variant == "dqn-minatar":
+                if done:
+                    run = done[0]
+                    games_run += 1
+                    met += run["final_return"] >= low
+                    cells += [f"{run['final_return']:.1f}", f"{run['best_return']:.1f}", paper,
+                              "yes" if run["final_return"] >= low else "no", f"{run['seconds'] / 60:.0f}"]
+                else:
+                    cells += ["-", "-", paper, "not yet run", "-"]
+            else:
+                cells += [f"{done[0]['final_return']:.1f}", f"{done[0]['best_return']:.1f}"] if done else ["-", "-"]
+            if done:
+                curves[f"{game} ({variant})"] = done
+        rows.append("| " + " | ".join(cells) + " |")
+    if curves:
+        plot_curves(curves, ROOT / "docs" / "images" / "minatar.png", "MinAtar: DQN, seed 0")
     text = "\n".join([
         "# MinAtar",
         "",
         "DQN from pixels (`offpolicy train dqn MinAtar/<Game>-v1`, the `dqn-minatar` preset: the MinAtar paper's",
         "settings) for 1M steps on each game, seed 0, one torch thread; the final evaluation is the mean return of",
         "10 deterministic episodes. The paper's figures are its DQN at 1M frames, read off its curves (Young and",
-        "Tian, 2019).",
+        "Tian, 2019). `dqn-minatar-combined` adds dueling heads, 3-step returns and prioritized replay.",
         "",
         *rows,
         "",
-        f"At least the paper's DQN on {met} of {len(runs)} games run so far.",
+        f"dqn-minatar at least the paper's DQN on {met} of {games_run} games run so far.",
         "",
-        "![MinAtar curves](images/minatar.png)" if runs else "",
+        "![MinAtar curves](images/minatar.png)" if curves else "",
         "",
-        "Produced by `python benchmarks/minatar_dqn.py` (resumable; `--report` rewrites this page from the stored",
-        "results in `benchmarks/results/minatar/`).",
+        "Produced by `python benchmarks/minatar_dqn.py [--preset dqn-minatar-combined]` (resumable; `--report`",
+        "rewrites this page from the stored results in `benchmarks/results/minatar/`).",
         "",
     ])
     (ROOT / "docs" / "minatar.md").write_text(text)
@@ -151,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="GAME", choices=list(PAPER_DQN))
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each")
+    parser.add_argument("--preset", default="dqn-minatar", choices=list(VARIANTS), help="the preset to run")
     parser.add_argument("--report", action="store_true", help="only write the report from stored results")
     parser.add_argument("--speed", action="store_true", help="only the wall-clock comparison with SB3")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -165,7 +178,8 @@ def main() -> None:
         return
     if not args.report:
         games = [game for game in PAPER_DQN if not args.only or game in args.only]
-        run_missing([(game_path(game), game_values(game), {"game": game}) for game in games], args.jobs)
+        run_missing([(game_path(game, args.preset), game_values(game, args.preset), {"game": game, "preset": args.preset})
+                     for game in games], args.jobs)
     print(report())
 
 

@@ -214,3 +214,18 @@ def test_sigterm_stops_with_a_checkpoint_and_its_own_exit_code(tmp_path):
     assert "Interrupted (SIGTERM received)" in out
     stopped_at = json.loads(index.read_text())["latest"]
     assert f"Stopped: {stopped_at:,} steps" in out
+
+
+def test_a_family_preset_serves_every_game_of_its_family():
+    from offpolicy.cli import build_parser, resolve_config
+    from offpolicy.config import ConfigError
+
+    def config(*options):
+        return resolve_config(build_parser().parse_args(["train", *options]))
+
+    pong = config("dqn", "ALE/Pong-v5")  # the family's default preset, chosen by the id alone
+    assert pong.env == "ALE/Pong-v5" and pong.hyperparameters["target_update_interval"] == 250
+    combined = config("dqn", "MinAtar/Asterix-v1", "--preset", "dqn-minatar-combined")
+    assert combined.env == "MinAtar/Asterix-v1" and combined.strategy.n_step == 3
+    with pytest.raises(ConfigError, match="preset 'dqn-minatar' is for env MinAtar/Breakout-v1, not CartPole-v1"):
+        config("dqn", "CartPole-v1", "--preset", "dqn-minatar")

@@ -27,7 +27,7 @@ from offpolicy.config import ConfigError, OffPolicyConfig, RunConfig
 from offpolicy.envs import EnvError
 from offpolicy.events import TrainingStarted
 from offpolicy import __version__
-from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, apply_settings, pair_values, preset
+from offpolicy.presets import PRESET_DESCRIPTIONS, PRESETS, apply_settings, pair_values, preset, same_family
 from offpolicy.runners import EnvRunnerError
 
 EXIT_ERROR = 2
@@ -249,6 +249,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         source = f"config file {args.config}" if args.config else f"preset {args.preset!r}"
         for given, key in ((args.agent, "agent"), (args.env, "env")):
             if given is not None and given != values[key]:
+                if key == "env" and same_family(values[key], given):  # a preset for every game of a family
+                    values["env"] = given
+                    continue
                 raise ConfigError(f"{source} is for {key} {values[key]}, not {given}")
     else:
         values = pair_values(args.agent or "dqn", args.env or "CartPole-v1")

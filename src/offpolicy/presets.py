@@ -220,6 +220,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "dqn-atari": {**_ATARI_DQN, "env": "ALE/Breakout-v5"},
     "dqn-minatar": {**_MINATAR_DQN, "env": "MinAtar/Breakout-v1"},
+    "dqn-minatar-combined": {
+        **_MINATAR_DQN,
+        "env": "MinAtar/Breakout-v1",
+        "strategy": dict(_MINATAR_DQN["strategy"], n_step=3, prioritized=True),
+        "hyperparameters": dict(_MINATAR_DQN["hyperparameters"], dueling=True),
+    },
     "seed-example": SEED_EXAMPLE,
 }
 """`dqn-cartpole` is what a bare `offpolicy train` runs; `seed-example` is the seed framework's
@@ -261,6 +267,8 @@ PRESET_DESCRIPTIONS = {
                  "unverified: published scores take about 40 hours of a 2-core CPU, a GPU job)",
     "dqn-minatar": "DQN on any MinAtar game (MinAtar/...-v1, minatar extra; the MinAtar paper's settings for "
                    "1M steps)",
+    "dqn-minatar-combined": "dqn-minatar with dueling heads, 3-step returns and prioritized replay (minatar extra; "
+                            "unverified: benchmarks/minatar_dqn.py --preset dqn-minatar-combined measures it)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; falls short: the final evaluation is -200 on 3 "
                        "seeds at 500k steps, after best evaluations of -95 to -139; CleanRL -195)",
 }
@@ -268,6 +276,12 @@ PRESET_DESCRIPTIONS = {
 
 FAMILY_PRESETS = {("dqn", "ALE/"): "dqn-atari", ("dqn", "MinAtar/"): "dqn-minatar"}
 """The preset for an agent on every env whose id starts with a prefix (each Atari game, each MinAtar game)."""
+
+
+def same_family(env: str, other: str) -> bool:
+    """Whether two env ids are games of one family (`FAMILY_PRESETS`' prefixes), whose presets serve each."""
+    ids = (env.split(":", 1)[-1], other.split(":", 1)[-1])
+    return any(all(name.startswith(prefix) for name in ids) for _, prefix in FAMILY_PRESETS)
 
 
 def preset(name: str) -> dict[str, Any]:
