@@ -87,10 +87,6 @@ class FrameStackBuffer(ReplayBuffer):
         """Per env, the serial of its oldest transition still sampled."""
         self._written = np.zeros(num_envs, np.int64)
         """Frames written per env."""
-        self._last_next = np.zeros(0, np.uint8)
-        """Per env, the next observation of its newest step, which its following observation continues."""
-        self._last_done = np.ones(num_envs, bool)
-        self._last_first = np.zeros(num_envs, np.int64)
 
     def __len__(self) -> int:
         return int((self._pushed - self._oldest).sum())
@@ -119,10 +115,19 @@ class FrameStackBuffer(ReplayBuffer):
         previous[order[1:]] = np.where(rank[order[1:]] > 0, order[:-1], -1)
         has_previous = previous >= 0
 
-        continued = self._last_next[envs]
+        stored = self._pushed[envs] > 0  # the env's newest stored step precedes rows without a previous one
+        newest_slots = (self._pushed[envs] - 1) % size
+        newest_first = np.where(stored, self._episode_first[envs, newest_slots], 0)
+        previous_done = np.where(has_previous, steps.done[np.maximum(previous, 0)],
+                                 ~stored | self._steps["done"][envs, newest_slots])
+        continued = np.empty_like(observations)
         continued[has_previous] = following[previous[has_previous]]
-        previous_done = np.where(has_previous, steps.done[np.maximum(previous, 0)], self._last_done[envs])
-        starts = previous_done | ~(observations == continued).reshape(count, -1).all(axis=1)
+        rebuilt = ~has_previous & ~previous_done  # the newest stored next observation, rebuilt from its frames
+        ends = self._newest_frame[envs[rebuilt], newest_slots[rebuilt]] + 1
+        continued[rebuilt] = self._stacks(envs[rebuilt], ends[:, None] + np.arange(-self.stack_size + 1, 1),
+                                          newest_first[rebuilt])
+        continues = (observations == continued).reshape(count, -1).all(axis=1)
+        starts = previous_done | ~continues
         self._check_padding(observations[starts])
 
         # Stream positions: a start writes its first frame and its next frame, any other row its next frame.
@@ -132,7 +137,7 @@ class FrameStackBuffer(ReplayBuffer):
         newest = np.empty(count, np.int64)
         newest[order] = sorted_base - 1 + starts[order]
         spread = np.int64(1) << 40  # grouped running maximum: each env's rows lifted above the previous env's
-        lifted = sorted_envs * spread + np.where(starts[order], newest[order], self._last_first[sorted_envs])
+        lifted = sorted_envs * spread + np.where(starts[order], newest[order], newest_first[order])
         first = np.empty(count, np.int64)
         first[order] = np.maximum.accumulate(lifted) - sorted_envs * spread
 
@@ -151,11 +156,7 @@ class FrameStackBuffer(ReplayBuffer):
                 fits &= where
             self._frames[envs[fits], positions[fits] % size] = frames[fits]
 
-        last_rows = order[np.r_[group_start[1:] != group_start[:-1], True]]
-        touched = envs[last_rows]
-        self._last_next[touched] = following[last_rows]
-        self._last_done[touched] = steps.done[last_rows]
-        self._last_first[touched] = first[last_rows]
+        touched = np.flatnonzero(counts)
         self._pushed += counts
         self._written = written
         self._evict(touched, int(frames_per_row.max()) * int(counts.max()))
@@ -174,7 +175,6 @@ class FrameStackBuffer(ReplayBuffer):
             return
         frame_shape = observations.shape[2:]
         self._frames = np.zeros((self.columns, self.column_capacity, *frame_shape), observations.dtype)
-        self._last_next = np.zeros((self.columns, *observations.shape[1:]), observations.dtype)
         for name, array in _step_fields(steps).items():
             dtype = np.float32 if array.dtype == np.float64 else array.dtype
             self._steps[name] = np.zeros((self.columns, self.column_capacity, *array.shape[1:]), dtype)
@@ -277,8 +277,7 @@ class FrameStackBuffer(ReplayBuffer):
 
     def state_dict(self) -> dict[str, Any]:
         arrays = {"frames": self._frames, "newest_frame": self._newest_frame, "episode_first": self._episode_first,
-                  "pushed": self._pushed, "oldest": self._oldest, "written": self._written,
-                  "last_next": self._last_next, "last_done": self._last_done, "last_first": self._last_first}
+                  "pushed": self._pushed, "oldest": self._oldest, "written": self._written}
         arrays.update({f"step_{name}": array for name, array in self._steps.items()})
         return {"arrays": {name: torch.from_numpy(array.copy()) for name, array in arrays.items()},
                 "rng": self.sampling_state()}
@@ -288,10 +287,9 @@ class FrameStackBuffer(ReplayBuffer):
         if arrays["newest_frame"].shape != self._newest_frame.shape:
             raise ConfigError(f"the saved buffer has {arrays['newest_frame'].shape} env columns and slots, this run "
                               f"{self._newest_frame.shape}: resume with the run's num_envs and replay_buffer_size")
-        self._frames, self._last_next = arrays["frames"], arrays["last_next"]
+        self._frames = arrays["frames"]
         self._newest_frame, self._episode_first = arrays["newest_frame"], arrays["episode_first"]
         self._pushed, self._oldest, self._written = arrays["pushed"], arrays["oldest"], arrays["written"]
-        self._last_done, self._last_first = arrays["last_done"], arrays["last_first"]
         self._steps = {name: arrays[f"step_{name}"] for name in STEP_FIELDS if f"step_{name}" in arrays}
         self.load_sampling_state(state["rng"])
 
