@@ -15,7 +15,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -59,21 +59,23 @@ def run_one(values: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_missing(runs: list[tuple[Path, dict[str, Any], dict[str, Any]]], jobs: int) -> None:
-    """Run each (result path, RunConfig fields, labels) whose result file does not exist yet, `jobs` at once,
-    writing each summary as soon as its run finishes."""
+def run_missing(runs: list[tuple[Path, dict[str, Any], dict[str, Any]]], jobs: int,
+                runner: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = run_one) -> None:
+    """Run each (result path, RunConfig fields, labels) whose result file does not exist yet with `runner`,
+    `jobs` at once, writing each summary as soon as its run finishes."""
     missing = [run for run in runs if not run[0].exists()]
     print(f"{len(missing)} of {len(runs)} run(s) to do", flush=True)
     if not missing:
         return
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, values, labels): path for path, values, labels in missing}
+        futures = {pool.submit(runner, values, labels): path for path, values, labels in missing}
         for future in as_completed(futures):
             summary, path = future.result(), futures[future]
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=1) + "\n")
-            print(f"  {path.relative_to(RESULTS)}: final {summary['final_return']:.1f}, "
-                  f"best {summary['best_return']:.1f}, {summary['seconds'] / 60:.1f} min", flush=True)
+            best = f"best {summary['best_return']:.1f}, " if "best_return" in summary else ""
+            print(f"  {path.relative_to(RESULTS)}: final {summary['final_return']:.1f}, {best}"
+                  f"{summary['seconds'] / 60:.1f} min", flush=True)
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:

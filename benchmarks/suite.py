@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _runs import RESULTS, ROOT, last_quarter_mean, load, merged, plot_curves, run_missing, spread
+from sb3_mujoco import table as sb3_table
 
 SEEDS = (0, 1, 2)
 CLEANRL_PLOTS = "CleanRL, read off its published curves"
@@ -122,6 +123,7 @@ def report(jobs: list[Job]) -> str:
         "Produced by `python benchmarks/suite.py` (resumable; `--report` rewrites this page from the stored",
         "results in `benchmarks/results/suite/`).",
         "",
+        *sb3_table(),
     ])
     (ROOT / "docs" / "benchmarks.md").write_text(text)
     return text

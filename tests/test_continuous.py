@@ -20,6 +20,7 @@ from offpolicy.steps import StepBatch
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACTIONS = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
 LEARNERS = [(SACLearner, SACConfig), (TD3Learner, TD3Config)]
+DELAY_ONE = {TD3Learner: {"policy_delay": 1}}  # TD3 moves its actor on the first update too
 
 
 def filled_buffer(seed=0, size=400):
@@ -116,6 +117,20 @@ def test_td3_updates_actor_every_policy_delay_steps():
                for before, after in zip(snapshots, snapshots[1:])]
     assert changed == [False, True, False, False, True]
     assert reported == [False, False, True, False, False, True]  # only the updates that computed it
+
+
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_critic_lr_sets_the_critics_step_apart_from_the_actors(learner, config):
+    """Adam's first step moves each weight by about its learning rate, so one update with critic_lr 1e-2
+    and lr 1e-4 moves the critics a hundred times further than the actor."""
+    agent = learner(OBS, ACTIONS, config(hidden=16, lr=1e-4, critic_lr=1e-2, **DELAY_ONE.get(learner, {})))
+    critic, actor = ([p.clone() for p in net.parameters()] for net in (agent.critic, agent.actor))
+    agent.train(filled_buffer().sample(64))
+    critic_step = max(float((a - b).abs().max()) for a, b in zip(agent.critic.parameters(), critic))
+    actor_step = max(float((a - b).abs().max()) for a, b in zip(agent.actor.parameters(), actor))
+    assert critic_step == pytest.approx(1e-2, rel=0.05) and actor_step == pytest.approx(1e-4, rel=0.05)
+    with pytest.raises(ConfigError, match="critic_lr must be 0"):
+        learner(OBS, ACTIONS, config(critic_lr=-1.0))
 
 
 @pytest.mark.parametrize("learner, config", LEARNERS)

@@ -266,8 +266,9 @@ PRESET_DESCRIPTIONS = {
     "dqn-atari": "DQN on any Atari game (ALE/...-v5, atari extra; CleanRL's dqn_atari.py settings for 10M steps; "
                  "unverified: published scores take about 40 hours of a 2-core CPU, a GPU job)",
     "dqn-minatar": "DQN on any MinAtar game (MinAtar/...-v1, minatar extra; the MinAtar paper's settings for "
-                   "1M steps; seed 0 at 1M: Breakout 20.2, the paper's DQN about 9-10; Asterix 3.9 (best 6.1), "
-                   "short of its 8-10; the other games not yet run, docs/minatar.md)",
+                   "1M steps; seed 0 at 1M against the paper's DQN: Breakout 20.2 (9-10), Seaquest 1.4 (1), "
+                   "short on Freeway 41.9 (47) and Asterix 3.9 (8-10); SpaceInvaders not yet run; "
+                   "docs/minatar.md)",
     "dqn-minatar-combined": "dqn-minatar with dueling heads, 3-step returns and prioritized replay (minatar extra; "
                             "unverified: benchmarks/minatar_dqn.py --preset dqn-minatar-combined measures it)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; falls short: the final evaluation is -200 on 3 "

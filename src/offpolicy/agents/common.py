@@ -22,6 +22,8 @@ def validate_common(config: object) -> None:
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
         raise ConfigError(f"lr must be positive, got {lr}")
+    if getattr(config, "critic_lr", 0.0) < 0:
+        raise ConfigError(f"critic_lr must be 0 (the same as lr) or positive, got {config.critic_lr}")  # type: ignore
     if not 0 <= gamma <= 1:
         raise ConfigError(f"gamma must be between 0 and 1, got {gamma}")
     if not 0 < tau <= 1:

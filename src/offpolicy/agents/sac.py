@@ -42,7 +42,10 @@ class SACConfig:
     """SAC hyperparameters; each is also a `offpolicy train sac` option."""
 
     lr: float = 3e-4
-    """Adam learning rate (actor, critics and entropy coefficient)."""
+    """Adam learning rate of the actor and the entropy coefficient, and of the critics unless `critic_lr` is set."""
+    critic_lr: float = 0.0
+    """Adam learning rate of the critics; 0 uses `lr`. A faster critic than actor is CleanRL's choice (1e-3 and
+    3e-4)."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
@@ -152,7 +155,7 @@ class SACLearner(PolicyLearner):
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
-        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
+        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.critic_lr or c.lr)
         self.auto_entropy = c.entropy_coef == 0
         start = c.initial_entropy_coef if self.auto_entropy else c.entropy_coef
         self.log_alpha = torch.tensor(math.log(start), device=self.device, requires_grad=self.auto_entropy)

@@ -37,7 +37,9 @@ class TD3Config:
     """TD3 hyperparameters; each is also a `offpolicy train td3` option."""
 
     lr: float = 1e-3
-    """Adam learning rate (actor and critics)."""
+    """Adam learning rate of the actor, and of the critics unless `critic_lr` is set."""
+    critic_lr: float = 0.0
+    """Adam learning rate of the critics; 0 uses `lr`."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
@@ -139,7 +141,7 @@ class TD3Learner(PolicyLearner):
         self.critic.to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = LeanAdam(self.actor.parameters(), c.lr)
-        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.lr)
+        self.critic_optimizer = LeanAdam(self.critic.parameters(), c.critic_lr or c.lr)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)
         self._policy = TD3Policy(self.actor, self.scale, GaussianNoise(c.exploration_noise, seed))
