@@ -205,6 +205,33 @@ def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
     assert isinstance(make_learner("dqn", OBS, ACTIONS, {}, "cpu", 0), FastDQNLearner)
 
 
+def test_rmsprop_takes_the_dqn_papers_centred_step_and_survives_a_checkpoint(tmp_path):
+    """With optimizer rmsprop an update is one step of centred RMSProp (decay 0.95, epsilon 0.01) on the
+    clipped gradient, the plain learner trains it (the fast path is Adam's), and resume keeps its state."""
+    config = DQNConfig(hidden=16, lr=1e-2, optimizer="rmsprop")
+    assert not isinstance(make_learner("dqn", OBS, ACTIONS, {"hidden": 16, "optimizer": "rmsprop"}, "cpu", 0),
+                          FastDQNLearner)
+    learner, buffer = DQNLearner(OBS, ACTIONS, config, seed=1), filled_buffer()
+    batch = buffer.sample(64)
+    before = [p.detach().clone() for p in learner.q_network.parameters()]
+    learner.train(batch)
+    grads = [p.grad for p in learner.q_network.parameters()]
+    for start, grad, after in zip(before, grads, learner.q_network.parameters()):
+        mean, square = 0.05 * grad, 0.05 * grad ** 2  # the running averages after one step from zero
+        assert torch.allclose(after, start - 1e-2 * grad / ((square - mean ** 2).sqrt() + 0.01), atol=1e-6)
+    for _ in range(3):
+        learner.train(buffer.sample(32))
+    save_state(tmp_path, "learner", learner.state_dict())
+    resumed = DQNLearner(OBS, ACTIONS, config, seed=9)
+    resumed.load_state_dict(load_state(tmp_path, "learner"))
+    batch = buffer.sample(32)
+    learner.train(batch), resumed.train(batch)
+    for a, b in zip(learner.q_network.parameters(), resumed.q_network.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ConfigError, match="optimizer must be one of adam, rmsprop, got 'sgd'"):
+        DQNConfig(optimizer="sgd").validate()
+
+
 def test_exploration_state_survives_a_checkpoint(tmp_path):
     a = DQNLearner(OBS, ACTIONS, seed=3).policy()
     observations = torch.zeros(64, 4)

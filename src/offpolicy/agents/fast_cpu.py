@@ -144,8 +144,8 @@ class FastDQNLearner(DQNLearner):
     @staticmethod
     def covers(observation_space: gym.Space, config: DQNConfig) -> bool:
         """Whether DQN's networks for this observation space and config are ones this fast path computes
-        (a flattening encoder and a plain ReLU MLP: not the dueling network)."""
-        if config.dueling or config.activation != "relu":
+        (a flattening encoder and a plain ReLU MLP: not the dueling network), trained with Adam."""
+        if config.dueling or config.activation != "relu" or config.optimizer != "adam":
             return False
         try:
             return isinstance(make_encoder(observation_space, "DQN", config.network), FlattenEncoder)

@@ -88,3 +88,16 @@ class LeanAdam:
             step.copy_(torch.as_tensor(saved["step"]))
             exp_avg.copy_(saved["exp_avg"])
             exp_avg_sq.copy_(saved["exp_avg_sq"])
+
+
+OPTIMIZERS = ("adam", "rmsprop")
+"""The optimisers value-based agents offer (`make_optimizer`)."""
+
+
+def make_optimizer(name: str, parameters: Iterable[torch.nn.Parameter], lr: float) -> Any:
+    """`adam` (`LeanAdam`), or `rmsprop`: the centred RMSProp of the Nature DQN and the MinAtar paper
+    (squared-gradient decay 0.95, 0.01 added to the root), whose steps shrink for small gradients where
+    Adam's do not."""
+    if name == "rmsprop":
+        return torch.optim.RMSprop(list(parameters), lr=lr, alpha=0.95, eps=0.01, centered=True)
+    return LeanAdam(parameters, lr)
