@@ -12,7 +12,7 @@ getting there) and stop at the first mean >= 475, or at 50,000 steps ("not solve
 
     python benchmarks/dqn_solve.py [--seeds 0 1 2]      # needs: pip install -e .[bench]
 
-Steps to 475 vary with the seed by 3-4x on both sides (ours: 10k-37.5k over seeds 0-11), so a
+Steps to 475 vary with the seed by 3-4x on both sides (ours: 2.5k-40k over seeds 0-11), so a
 median over three seeds moves with which three; `--seeds 0 1 2 3 4 5 6 7 8 9 10 11` gives a
 steadier figure (about fifteen minutes here).
 """

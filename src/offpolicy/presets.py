@@ -109,18 +109,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "env": "CartPole-v1",
         "num_steps": 40_000,
         "strategy": _CARTPOLE_SCHEDULE,
-        # RL-Zoo's tuned lr 2.3e-3 with 256-wide layers swings after solving (last four evaluations of
-        # 40k-step runs averaged 268 over seeds 0-11); 128 wide with lr 1e-3 stays near 500 (426), gets
-        # there as soon (median 13.8k vs 12.5k steps) and updates twice as fast.
+        # A 128-wide network at lr 1e-3 rather than RL-Zoo's 256 at 2.3e-3: as quick to solve, steadier
+        # after, half the cost per update. The slow target (tau 0.01) keeps the policy once it balances;
+        # the shorter exploration wins back part of the time the slower target costs.
         "hyperparameters": {
             "lr": 1e-3,
             "gamma": 0.99,
-            "tau": 0.02,
+            "tau": 0.01,
             "hidden": 128,
             "layers": 3,
             "exploration_start": 0.99,
             "exploration_end": 0.04,
-            "exploration_decay": 2_500.0,
+            "exploration_decay": 1_500.0,
         },
     },
     "qrdqn-cartpole": {
@@ -233,7 +233,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 example configuration, kept verbatim because the benchmarks compare against it."""
 
 PRESET_DESCRIPTIONS = {
-    "dqn-cartpole": "DQN on CartPole-v1, tuned to reach a return of 475+ within 40k steps (the default)",
+    "dqn-cartpole": "DQN on CartPole-v1, the default: the last evaluation of a 40k-step run at least 475 on 23 "
+                    "of 24 seeds, the first at a median 25k steps (benchmarks/dqn_default.py)",
     "seed-example": "the seed framework's example DQN config on CartPole-v1 (benchmarks use it)",
     "sac-pendulum": "SAC on Pendulum-v1 (RL-Zoo settings: SB3 defaults, lr 1e-3)",
     "td3-pendulum": "TD3 on Pendulum-v1 (RL-Zoo settings: lr 1e-3, gamma 0.98)",
