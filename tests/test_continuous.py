@@ -126,8 +126,8 @@ def test_critic_lr_sets_the_critics_step_apart_from_the_actors(learner, config):
     agent = learner(OBS, ACTIONS, config(hidden=16, lr=1e-4, critic_lr=1e-2, **DELAY_ONE.get(learner, {})))
     critic, actor = ([p.clone() for p in net.parameters()] for net in (agent.critic, agent.actor))
     agent.train(filled_buffer().sample(64))
-    critic_step = max(float((a - b).abs().max()) for a, b in zip(agent.critic.parameters(), critic))
-    actor_step = max(float((a - b).abs().max()) for a, b in zip(agent.actor.parameters(), actor))
+    critic_step = max(float((a.detach() - b.detach()).abs().max()) for a, b in zip(agent.critic.parameters(), critic))
+    actor_step = max(float((a.detach() - b.detach()).abs().max()) for a, b in zip(agent.actor.parameters(), actor))
     assert critic_step == pytest.approx(1e-2, rel=0.05) and actor_step == pytest.approx(1e-4, rel=0.05)
     with pytest.raises(ConfigError, match="critic_lr must be 0"):
         learner(OBS, ACTIONS, config(critic_lr=-1.0))
