@@ -34,6 +34,22 @@ def test_shapes_and_dtypes_follow_the_first_push():
     assert buffer.nbytes == 10 * (3 * 4 + 3 * 4 + 8 + 4 + 4)  # capacity x (obs, next obs, action, reward, flag)
 
 
+def test_boolean_images_take_one_byte_a_cell_and_sample_as_they_were_pushed():
+    """MinAtar's observations: 10x10 grids of boolean channels, stored as bool (the network makes them
+    float), while the terminated flags become float for the targets."""
+    rng = np.random.default_rng(0)
+    frames = rng.random((6, 10, 10, 4)) < 0.2
+    buffer = TransitionBuffer(6)
+    buffer.push(StepBatch.of_transitions(frames, ~frames, np.arange(6) % 3, np.arange(6, dtype=np.float32),
+                                         np.arange(6) == 5))
+    batch = buffer.sample(32)
+    rows = batch.rewards.long().numpy()
+    assert batch.observations.dtype == torch.bool and batch.terminated.dtype == torch.float32
+    assert np.array_equal(batch.observations.numpy(), frames[rows])
+    assert np.array_equal(batch.next_observations.numpy(), ~frames[rows])
+    assert buffer.nbytes == 6 * (2 * 400 + 8 + 4 + 4)
+
+
 def test_wraps_around_overwriting_oldest():
     buffer = TransitionBuffer(5)
     push_range(buffer, 0, 3)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 FIELDS = ("observations", "next_observations", "actions", "rewards", "terminated")
 """What `TransitionBuffer` stores of each step."""
+OBSERVATION_FIELDS = ("observations", "next_observations")
 BATCH_FIELDS = FIELDS + ("discounts", "indices", "weights")
 BLOCK_TRANSITIONS = 4096
 
@@ -59,10 +60,11 @@ class TransitionBatch:
     """Importance-sampling weight of each transition, to scale its loss by (all ones for uniform sampling)."""
 
 
-def _storage_dtype(array: np.ndarray) -> torch.dtype:
-    if array.dtype == np.float64:
-        return torch.float32
-    if array.dtype == np.bool_:
+def _storage_dtype(name: str, array: np.ndarray) -> torch.dtype:
+    """float64 is stored as float32 (what the networks compute in) and the terminated flags as float (what
+    targets multiply by); observations keep their dtype, so that a boolean or uint8 image takes one byte a
+    cell and becomes float only inside the network."""
+    if array.dtype == np.float64 or (array.dtype == np.bool_ and name not in OBSERVATION_FIELDS):
         return torch.float32
     return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
 
@@ -279,7 +281,7 @@ class TransitionBuffer(ReplayBuffer):
         for name, array in arrays.items():
             array = np.asarray(array)
             self._storage[name] = torch.zeros(
-                (self.capacity, *array.shape[1:]), dtype=_storage_dtype(array), device=self.device
+                (self.capacity, *array.shape[1:]), dtype=_storage_dtype(name, array), device=self.device
             )
         if self.device.type == "cpu":
             self._host_views = {name: tensor.numpy() for name, tensor in self._storage.items()}
