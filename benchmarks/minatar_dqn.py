@@ -8,7 +8,7 @@ never repeated, so the set completes over several sittings. The report (`docs/mi
 
 Speed (--speed): MinAtar/Breakout-v1 for 100k steps at the preset's settings (an update of 32 per step from
 5,000 steps on), ours against Stable-Baselines3's DQN with the same network (16 3x3 filters, a 128-wide
-layer) and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
+layer), optimizer and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
 
     python benchmarks/minatar_dqn.py [--only GAME ...] [--preset dqn-minatar-combined] [--jobs 2] [--report]
     python benchmarks/minatar_dqn.py --speed [--seeds 0 1]
@@ -138,11 +138,22 @@ def run_sb3(seed: int) -> dict:
                 train_freq=1, gradient_steps=1, target_update_interval=hyper["target_update_interval"],
                 exploration_initial_eps=hyper["exploration_start"], exploration_final_eps=hyper["exploration_end"],
                 exploration_fraction=hyper["exploration_decay"] / SPEED_STEPS,
-                policy_kwargs={"features_extractor_class": SmallGrid, "net_arch": list(hyper["net_arch"])},
+                policy_kwargs={"features_extractor_class": SmallGrid, "net_arch": list(hyper["net_arch"]),
+                               **sb3_optimizer(hyper.get("optimizer", "adam"))},
                 seed=seed, device="cpu", verbose=0)
     start = time.perf_counter()
     model.learn(SPEED_STEPS)
     return {"wall": time.perf_counter() - start, "updates": model._n_updates}
+
+
+def sb3_optimizer(name: str) -> dict:
+    """SB3's policy_kwargs for our optimizer of that name (the same torch class and settings)."""
+    if name == "rmsprop":
+        import torch
+
+        return {"optimizer_class": torch.optim.RMSprop,
+                "optimizer_kwargs": {"alpha": 0.95, "eps": 0.01, "centered": True}}
+    return {}
 
 
 SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3}
@@ -178,8 +189,13 @@ def main() -> None:
         return
     if not args.report:
         games = [game for game in PAPER_DQN if not args.only or game in args.only]
-        run_missing([(game_path(game, args.preset), game_values(game, args.preset), {"game": game, "preset": args.preset})
-                     for game in games], args.jobs)
+        runs = []
+        for game in games:
+            values = game_values(game, args.preset)
+            optimizer = values["hyperparameters"].get("optimizer", "adam")
+            runs.append((game_path(game, args.preset), values, {"game": game, "preset": args.preset,
+                                                                 "optimizer": optimizer}))
+        run_missing(runs, args.jobs)
     print(report())
 
 

@@ -78,14 +78,15 @@ def test_agents_learn_from_an_image_key_and_a_vector_key(agent, continuous, trai
 
 
 def test_dqn_learns_minatar_breakout_from_pixels():
-    """The dqn-minatar preset (convolutions over the 10x10 grid, target copies, linear exploration) shortened to
-    30k steps: seeds 0-5 reached best evaluations of 4.3-5.7 (a random policy scores about 0.5)."""
+    """The dqn-minatar preset (convolutions over the 10x10 grid, target copies, linear exploration, the
+    paper's RMSProp) shortened to 30k steps: seeds 0-5 reached best evaluations of 1.7-3.7, the untrained
+    policy 0-0.6."""
     pytest.importorskip("minatar")
     config = preset_config("dqn", "MinAtar/Breakout-v1", num_steps=30_000, warmup_steps=2_000,
                            exploration_decay=15_000.0, eval_interval=5_000, eval_episodes=10,
                            replay_buffer_size=50_000)
-    result = train_until(config, 3.0)
-    assert result.stats.best_eval_return >= 3.0, f"best evaluation return {result.stats.best_eval_return}"
+    result = train_until(config, 1.2)
+    assert result.stats.best_eval_return >= 1.2, f"best evaluation return {result.stats.best_eval_return}"
 
 
 def test_normalized_observations_make_a_badly_scaled_cartpole_learnable():
