@@ -1,10 +1,7 @@
-import copy
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from offpolicy.agents import make_learner
 from offpolicy.agents.dqn import DQNConfig, DQNLearner
@@ -195,6 +192,8 @@ def test_acting_on_arrays_draws_what_act_draws():
 def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
     from collections import OrderedDict
 
+    from torch import nn
+
     from offpolicy.agents.networks import EncodedMLP, FlattenEncoder
 
     encoder = FlattenEncoder(OBS)
@@ -231,33 +230,6 @@ def test_rmsprop_takes_the_dqn_papers_centred_step_and_survives_a_checkpoint(tmp
         assert torch.equal(a, b)
     with pytest.raises(ConfigError, match="optimizer must be one of adam, rmsprop, got 'sgd'"):
         DQNConfig(optimizer="sgd").validate()
-
-
-def test_lean_rmsprop_matches_torch_rmsprop_and_its_checkpoints():
-    """`LeanRMSProp` takes torch.optim.RMSprop's centred steps, and each loads the other's state."""
-    from offpolicy.agents.optim import LeanRMSProp
-
-    torch.manual_seed(0)
-    reference = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
-    lean = copy.deepcopy(reference)
-    plain = torch.optim.RMSprop(reference.parameters(), lr=1e-2, alpha=0.95, eps=0.01, centered=True)
-    fast = LeanRMSProp(lean.parameters(), 1e-2, alpha=0.95, eps=0.01)
-    assert fast.state_dict() == plain.state_dict()  # never stepped: no state yet
-    for step in range(30):
-        inputs = torch.randn(16, 3)
-        for model, optimizer in ((reference, plain), (lean, fast)):
-            optimizer.zero_grad(set_to_none=True)
-            model(inputs).pow(2).mean().backward()
-            optimizer.step()
-        if step == 10:  # a restored optimiser keeps stepping the same way
-            fast.load_state_dict(copy.deepcopy(plain.state_dict()))
-    for a, b in zip(reference.parameters(), lean.parameters()):
-        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
-    saved, expected = fast.state_dict(), plain.state_dict()
-    assert saved["param_groups"] == expected["param_groups"]
-    assert saved["state"][0]["step"] == expected["state"][0]["step"] == 30
-    plain.load_state_dict(saved)  # and the other way round
-    assert torch.equal(plain.state_dict()["state"][1]["grad_avg"], fast.grad_avgs[1])
 
 
 def test_exploration_state_survives_a_checkpoint(tmp_path):
