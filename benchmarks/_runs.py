@@ -99,9 +99,10 @@ def last_quarter_mean(curve: list[list[float]]) -> float:
 
 
 def plot_curves(series: dict[str, list[dict[str, Any]]], path: Path, title: str,
-                markers: dict[str, tuple[int, float]] | None = None) -> None:
+                markers: dict[str, tuple[int, float]] | None = None, marker_label: str = "reference") -> None:
     """Mean evaluation curve over seeds per label, a band from lowest to highest; `markers` (label: (step,
-    return)) are reference figures drawn as points."""
+    return)) are reference figures drawn as points: one keyed by a series' label in that series' colour
+    (all of those under one legend entry, `marker_label`), any other under its own label."""
     try:
         import matplotlib
 
@@ -112,17 +113,25 @@ def plot_curves(series: dict[str, list[dict[str, Any]]], path: Path, title: str,
         print("matplotlib missing: no curves (pip install -e .[plot])")
         return
     figure, axes = plt.subplots(figsize=(7, 4))
+    colours: dict[str, str] = {}
     for label, runs in series.items():
         if not runs:
             continue
         length = min(len(run["curve"]) for run in runs)
         steps = [step for step, _ in runs[0]["curve"][:length]]
         values = np.array([[value for _, value in run["curve"][:length]] for run in runs])
-        line, = axes.plot(steps, values.mean(0), label=f"{label} ({len(runs)} seeds)")
+        line, = axes.plot(steps, values.mean(0), label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
+        colours[label] = line.get_color()
         if len(runs) > 1:
             axes.fill_between(steps, values.min(0), values.max(0), alpha=0.15, color=line.get_color())
+    shared_legend = False
     for label, (step, value) in (markers or {}).items():
-        axes.plot([step], [value], marker="*", markersize=12, linestyle="none", label=label)
+        if label in colours:
+            axes.plot([step], [value], marker="*", markersize=12, linestyle="none", color=colours[label],
+                      label="_nolegend_" if shared_legend else marker_label)
+            shared_legend = True
+        else:
+            axes.plot([step], [value], marker="*", markersize=12, linestyle="none", label=label)
     axes.set_xlabel("environment steps")
     axes.set_ylabel("evaluation return")
     axes.set_title(title)

@@ -73,7 +73,9 @@ def report() -> str:
                 curves[f"{game} ({variant})"] = done
         rows.append("| " + " | ".join(cells) + " |")
     if curves:
-        plot_curves(curves, ROOT / "docs" / "images" / "minatar.png", "MinAtar: DQN, seed 0")
+        paper = {label: (STEPS, PAPER_DQN[label.split(" ")[0]][0]) for label in curves}
+        plot_curves(curves, ROOT / "docs" / "images" / "minatar.png", "MinAtar: DQN, seed 0", paper,
+                    "the paper's DQN at 1M frames")
     text = "\n".join([
         "# MinAtar",
         "",
