@@ -8,7 +8,8 @@ never repeated, so the set completes over several sittings. The report (`docs/mi
 
 Speed (--speed): MinAtar/Breakout-v1 for 100k steps at the preset's settings (an update of 32 per step from
 5,000 steps on), ours against Stable-Baselines3's DQN with the same network (16 3x3 filters, a 128-wide
-layer), optimizer and settings, one env for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
+layer), optimizer, target (the Nature DQN's, `double_q` off: SB3 has no double DQN) and settings, one env
+for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
 
     python benchmarks/minatar_dqn.py [--only GAME ...] [--preset dqn-minatar-combined] [--jobs 2] [--report]
     python benchmarks/minatar_dqn.py --speed [--seeds 0 1]
@@ -101,6 +102,7 @@ def report() -> str:
 def speed_values(seed: int) -> dict:
     values = preset("dqn-minatar")
     values["strategy"]["eval_interval"] = SPEED_STEPS * 10
+    values["hyperparameters"]["double_q"] = False  # SB3's DQN has only the Nature DQN's target
     return dict(values, env="MinAtar/Breakout-v1", num_steps=SPEED_STEPS, seed=seed, torch_threads=1)
 
 

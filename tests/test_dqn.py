@@ -43,19 +43,33 @@ def test_unsupported_spaces_are_named():
 def test_bad_hyperparameter_is_named():
     with pytest.raises(ConfigError, match="gamma"):
         DQNLearner(OBS, ACTIONS, DQNConfig(gamma=1.5))
+    with pytest.raises(ConfigError, match="double_q must be true or false, got 'no'"):
+        DQNLearner(OBS, ACTIONS, DQNConfig(double_q="no"))  # a string would have counted as true
 
 
+def disturb(network: torch.nn.Module, seed: int = 0) -> None:
+    """Add the same noise (for a seed) to every parameter."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in network.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+
+
+@pytest.mark.parametrize("double_q", [True, False])
 @pytest.mark.parametrize("learner_class", LEARNERS)
-def test_update_follows_double_dqn_huber_and_soft_target(learner_class):
-    config = DQNConfig(hidden=16, tau=0.25, lr=1e-2, gamma=0.9)
+def test_update_follows_double_dqn_huber_and_soft_target(learner_class, double_q):
+    """The double-DQN target (or with double_q off the target network's maximum), the weighted Huber loss,
+    TD errors and the soft target update, on both paths."""
+    config = DQNConfig(hidden=16, tau=0.25, lr=1e-2, gamma=0.9, double_q=double_q)
     learner = learner_class(OBS, ACTIONS, config, seed=1)
+    disturb(learner.target_network)  # a target unlike the online network: the two targets then differ
     batch = filled_buffer(gamma=0.9).sample(64)
     assert torch.equal(batch.discounts, torch.full((64,), 0.9))  # one-step returns: discounted by gamma
     batch.weights = torch.linspace(0.2, 1.0, 64)  # importance weights scale each transition's loss
     target_before = [p.clone() for p in learner.target_network.parameters()]
     online, target_net = learner.q_network, learner.target_network
     with torch.no_grad():
-        next_a = online(batch.next_observations).argmax(1, keepdim=True)
+        next_a = (online if double_q else target_net)(batch.next_observations).argmax(1, keepdim=True)
         expected_target = batch.rewards + 0.9 * (1 - batch.terminated) * target_net(batch.next_observations).gather(1, next_a).squeeze(1)
         q = online(batch.observations).gather(1, batch.actions.view(-1, 1)).squeeze(1)
         huber = torch.nn.functional.smooth_l1_loss(q, expected_target, reduction="none")
@@ -125,11 +139,13 @@ def test_saved_and_restored_learner_trains_identically(tmp_path, learner_class):
         assert torch.equal(pa, pb)
 
 
-@pytest.mark.parametrize("layers, hidden", [(2, 8), (3, 64), (4, 32)])
-def test_fast_path_matches_autograd(layers, hidden):
-    config = DQNConfig(hidden=hidden, layers=layers, lr=1e-3, max_grad_norm=0.5)
+@pytest.mark.parametrize("layers, hidden, double_q", [(2, 8, True), (3, 64, True), (4, 32, True), (3, 64, False)])
+def test_fast_path_matches_autograd(layers, hidden, double_q):
+    config = DQNConfig(hidden=hidden, layers=layers, lr=1e-3, max_grad_norm=0.5, double_q=double_q)
     fast = FastDQNLearner(OBS, ACTIONS, config, seed=5)
     plain = DQNLearner(OBS, ACTIONS, config, seed=5)
+    for learner in (fast, plain):
+        disturb(learner.target_network)
     buffer = filled_buffer(7)
     weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, 64).astype(np.float32))
     for index in range(30):

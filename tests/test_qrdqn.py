@@ -46,8 +46,13 @@ def batch_of(size=64, seed=0, gamma=0.9, n_step=1):
     return batch
 
 
-def test_qrdqn_update_follows_its_equations():
-    learner = QRDQNLearner(OBS, ACTIONS, QRDQNConfig(hidden=16, quantiles=8, tau=0.25, lr=1e-2), seed=3)
+@pytest.mark.parametrize("double_q", [True, False])
+def test_qrdqn_update_follows_its_equations(double_q):
+    config = QRDQNConfig(hidden=16, quantiles=8, tau=0.25, lr=1e-2, double_q=double_q)
+    learner = QRDQNLearner(OBS, ACTIONS, config, seed=3)
+    with torch.no_grad():  # a target unlike the online network: the two choices of next action then differ
+        for parameter in learner.target_network.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
     batch = batch_of(n_step=3)  # discounts vary: n-step windows of different lengths
     online, target = learner.q_network, learner.target_network
     target_before = [p.clone() for p in target.parameters()]
@@ -55,7 +60,7 @@ def test_qrdqn_update_follows_its_equations():
         z = online(batch.observations).view(64, 3, 8)
         z_next = online(batch.next_observations).view(64, 3, 8)
         z_target = target(batch.next_observations).view(64, 3, 8)
-        chosen = z_next.mean(2).argmax(1)
+        chosen = (z_next if double_q else z_target).mean(2).argmax(1)
         targets = batch.rewards[:, None] + (batch.discounts * (1 - batch.terminated))[:, None] * z_target[
             torch.arange(64), chosen]
         theta = z[torch.arange(64), batch.actions]

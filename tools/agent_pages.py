@@ -77,7 +77,10 @@ def page(agent: str) -> str:
     for item in dataclasses.fields(spec.config_class):
         default = item.default if item.default is not dataclasses.MISSING else item.default_factory()
         shown = f"`{','.join(map(str, default)) if isinstance(default, tuple) else default}`" if default != () else "none"
-        rows.append(f"| `{item.name}` | `--{item.name.replace('_', '-')}` | {shown} | "
+        option = f"--{item.name.replace('_', '-')}"
+        if isinstance(default, bool):  # a switch: either way
+            option = f"{option}` / `--no-{option[2:]}"
+        rows.append(f"| `{item.name}` | `{option}` | {shown} | "
                     f"{docs.get(item.name, '').replace('|', '/')} |")
     families = {name: prefix for (owner, prefix), name in FAMILY_PRESETS.items() if owner == agent}
     presets = ["| preset | env | steps | what it is, and what it measured |", "|---|---|---|---|"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ NETWORKS = ("auto", "mlp", "cnn")
 
 
 def validate_common(config: object) -> None:
-    """The rules every agent shares for lr, gamma, tau, hidden, layers, network and activation."""
+    """The rules every agent shares for lr, gamma, tau, hidden, layers, network, activation and switches."""
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
@@ -42,6 +44,10 @@ def validate_common(config: object) -> None:
     activation = config.activation  # type: ignore[attr-defined]
     if activation not in ACTIVATIONS:
         raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, field.name)
+        if field.type in (bool, "bool") and not isinstance(value, bool):  # "no" would count as true
+            raise ConfigError(f"{field.name} must be true or false, got {value!r}")
 
 
 NET_ARCHS = ("net_arch", "actor_net_arch", "critic_net_arch")

@@ -2,7 +2,8 @@
 
 One update (`DQNLearner.train`), on a batch of transitions (s, a, r, s', terminated) with weights w and
 discounts d (gamma, or gamma^m where r sums m rewards: n-step returns):
-1. target: y = r + d * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))   (double DQN);
+1. target: y = r + d * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))   (double DQN), or with
+   `double_q` off y = r + d * (1 - terminated) * max_a' Q_target(s', a')   (the Nature DQN's);
 2. loss = mean_b w_b * huber(Q(s, a) - y), one Adam (or RMSProp) step with the gradient norm clipped to
    `max_grad_norm`;
 3. target: Q_target <- (1 - tau) * Q_target + tau * Q, or with `target_update_interval` C > 0, Q_target <- Q
@@ -74,6 +75,9 @@ class DQNConfig:
     """Gradients are rescaled to at most this global norm."""
     dueling: bool = False
     """Separate value and advantage heads: Q = V + A - mean(A) (dueling network)."""
+    double_q: bool = True
+    """Double-DQN targets: the online network picks the next action and the target network values it; false
+    takes the target network's own maximum (the Nature DQN's and Stable-Baselines3's target)."""
 
     def validate(self) -> None:
         validate_common(self)
@@ -168,8 +172,12 @@ class DQNLearner(PolicyLearner):
     def train(self, batch: TransitionBatch) -> TrainOutput:
         c = self.config
         with torch.no_grad():
-            next_actions = self.q_network(batch.next_observations).argmax(dim=1, keepdim=True)
-            next_q = self.target_network(batch.next_observations).gather(1, next_actions).squeeze(1)
+            next_values = self.target_network(batch.next_observations)
+            if c.double_q:
+                next_actions = self.q_network(batch.next_observations).argmax(dim=1, keepdim=True)
+                next_q = next_values.gather(1, next_actions).squeeze(1)
+            else:
+                next_q = next_values.max(dim=1).values
             target = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_q
         q_values = self.q_network(batch.observations).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = (batch.weights * F.smooth_l1_loss(q_values, target, reduction="none")).mean()

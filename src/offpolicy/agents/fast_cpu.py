@@ -170,9 +170,12 @@ class FastDQNLearner(DQNLearner):
         size, rows = len(rewards), np.arange(len(rewards))
         observations = flat_rows(batch.observations.numpy())
         next_observations = flat_rows(batch.next_observations.numpy())
-        # One online pass over both halves: Q(s, .) for the loss, Q(s', .) for the double-DQN argmax.
-        q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
-        next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
+        if c.double_q:  # one online pass over both halves: Q(s, .) for the loss, Q(s', .) for the argmax
+            q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
+            next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
+        else:
+            q_both, layer_inputs = self._online.forward(observations)
+            next_q = self._target.predict(next_observations).max(1)
         target = rewards + discounts * (1.0 - terminated) * next_q
         q_values = q_both[rows, actions]
         error = q_values - target

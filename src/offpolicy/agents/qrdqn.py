@@ -4,7 +4,8 @@ The network gives N values theta_i(s, a) per action, the return's quantiles at t
 tau_i = (2i + 1) / 2N; Q(s, a) is their mean. One update (`QRDQNLearner.train`), on a batch of
 transitions (s, a, r, s', terminated) with importance weights w and discounts d (gamma, or gamma^m
 for n-step returns):
-1. a* = argmax_a' mean_j theta_j(s', a') with the online network (double-DQN selection);
+1. a* = argmax_a' mean_j theta_j(s', a') with the online network (double-DQN selection; with `double_q` off,
+   with the target network);
    target quantiles T_j = r + d * (1 - terminated) * theta_target_j(s', a*);
 2. u_ij = T_j - theta_i(s, a); the quantile Huber loss
    rho_i(u) = |tau_i - 1{u < 0}| * huber(u)   (huber with threshold 1);
@@ -86,9 +87,12 @@ class QRDQNLearner(DQNLearner):
         c = self.config
         policy = self._policy
         with torch.no_grad():
-            next_actions = policy.q_values(batch.next_observations).argmax(dim=1)
+            target_quantiles = self.target_quantiles(batch.next_observations)
+            # The next action by the online network's mean (double DQN), or by the target's own.
+            chooser = policy.q_values(batch.next_observations) if c.double_q else target_quantiles.mean(dim=2)
+            next_actions = chooser.argmax(dim=1)
             rows = torch.arange(len(next_actions), device=self.device)
-            next_quantiles = self.target_quantiles(batch.next_observations)[rows, next_actions]
+            next_quantiles = target_quantiles[rows, next_actions]
             bootstrap = (batch.discounts * (1.0 - batch.terminated)).unsqueeze(1)
             targets = batch.rewards.unsqueeze(1) + bootstrap * next_quantiles
         quantiles = policy.quantiles(batch.observations)[rows, batch.actions.long()]
