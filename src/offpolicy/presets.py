@@ -101,7 +101,8 @@ _MINATAR_DQN = {
 """The MinAtar paper's DQN (Young and Tian, 2019): a 100k buffer, an update of 32 per step, the target
 copied every 1,000 updates, learning from 5,000 steps, epsilon 1 to 0.1 over 100k steps, one 16-filter 3x3
 convolution and a 128-wide layer, the paper's centred RMSProp; and eight envs whose steps are trained on
-in phases of 8 updates (the same updates per transition)."""
+in phases of 8 updates (the same updates per transition). Its targets are double DQN's, where the paper's
+are the Nature DQN's (`double_q` False)."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     "dqn-cartpole": {
