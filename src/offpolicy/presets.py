@@ -269,9 +269,9 @@ PRESET_DESCRIPTIONS = {
     "dqn-atari": "DQN on any Atari game (ALE/...-v5, atari extra; CleanRL's dqn_atari.py settings for 10M steps; "
                  "unverified: published scores take about 40 hours of a 2-core CPU, a GPU job)",
     "dqn-minatar": "DQN on any MinAtar game (MinAtar/...-v1, minatar extra; the MinAtar paper's settings and "
-                   "RMSProp for 1M steps; seed 0 at 1M against the paper's DQN: Asterix 16.5 (8-10), Freeway "
-                   "58.8 (47), SpaceInvaders 36.2 (30); Breakout and Seaquest not yet run with RMSProp; "
-                   "docs/minatar.md)",
+                   "RMSProp for 1M steps; seed 0 at 1M, at least the paper's DQN on all five games: Asterix 16.5 "
+                   "(8-10), Breakout 13.6 (9-10), Freeway 58.8 (47), Seaquest 12.0 (1), SpaceInvaders 36.2 "
+                   "(30); docs/minatar.md)",
     "dqn-minatar-combined": "dqn-minatar with dueling heads, 3-step returns and prioritized replay (minatar extra; "
                             "unverified: benchmarks/minatar_dqn.py --preset dqn-minatar-combined measures it)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (CleanRL's schedule; falls short: the final evaluation is -200 on 3 "
