@@ -79,3 +79,11 @@ class StubLearner(PolicyLearner):
         self.train_calls = int(state["train_calls"])
         self._policy.version = state["version"].clone()
 
+
+def disturb(network: torch.nn.Module, seed: int = 0) -> None:
+    """Add the same noise (for a seed) to every parameter: a target network unlike the online one, so that
+    double-DQN and plain targets differ."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in network.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import disturb
+
 from offpolicy.agents import make_learner
 from offpolicy.agents.dqn import DQNConfig, DQNLearner
 from offpolicy.agents.fast_cpu import FastDQNLearner, supports
@@ -45,14 +47,6 @@ def test_bad_hyperparameter_is_named():
         DQNLearner(OBS, ACTIONS, DQNConfig(gamma=1.5))
     with pytest.raises(ConfigError, match="double_q must be true or false, got 'no'"):
         DQNLearner(OBS, ACTIONS, DQNConfig(double_q="no"))  # a string would have counted as true
-
-
-def disturb(network: torch.nn.Module, seed: int = 0) -> None:
-    """Add the same noise (for a seed) to every parameter."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in network.parameters():
-            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
 
 
 @pytest.mark.parametrize("double_q", [True, False])

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import disturb
+
 from offpolicy.agents import make_learner
 from offpolicy.agents.dqn import DQNConfig, DQNLearner
 from offpolicy.agents.networks import DuelingQNetwork, FlattenEncoder
@@ -50,9 +52,7 @@ def batch_of(size=64, seed=0, gamma=0.9, n_step=1):
 def test_qrdqn_update_follows_its_equations(double_q):
     config = QRDQNConfig(hidden=16, quantiles=8, tau=0.25, lr=1e-2, double_q=double_q)
     learner = QRDQNLearner(OBS, ACTIONS, config, seed=3)
-    with torch.no_grad():  # a target unlike the online network: the two choices of next action then differ
-        for parameter in learner.target_network.parameters():
-            parameter.add_(0.3 * torch.randn_like(parameter))
+    disturb(learner.target_network)  # a target unlike the online network: the two choices of next action differ
     batch = batch_of(n_step=3)  # discounts vary: n-step windows of different lengths
     online, target = learner.q_network, learner.target_network
     target_before = [p.clone() for p in target.parameters()]
