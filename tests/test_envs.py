@@ -151,6 +151,37 @@ def test_an_image_observation_gets_a_convolutional_network():
     assert not isinstance(make_encoder(gym.spaces.Box(0.0, 1.0, (10, 10, 3), np.float32), "DQN"), ImageEncoder)
 
 
+@pytest.mark.parametrize("shape, dtype", [((84, 84, 4), np.uint8), ((4, 84, 84), np.uint8), ((10, 10, 4), bool)])
+def test_the_image_encoder_computes_what_plain_convolutions_do(shape, dtype):
+    """The encoder's memory layouts are a speed choice: its features and gradients are those of the same
+    convolutions on contiguous channel-first images, flattened in channel, row, column order."""
+    from torch.nn import functional as F
+
+    from offpolicy.agents.networks import ImageEncoder
+
+    space = gym.spaces.Box(0, 1 if dtype is bool else 255, shape, dtype)
+    encoder = ImageEncoder(space)
+    observations = torch.as_tensor(np.stack([space.sample() for _ in range(3)]))
+    images = observations.float() * (1.0 if dtype is bool else 1 / 255)
+    if shape[-1] < shape[0]:
+        images = images.permute(0, 3, 1, 2)
+    images = images.contiguous()
+    convolutions = [module for module in encoder.modules() if isinstance(module, torch.nn.Conv2d)]
+    reference = images
+    for index, convolution in enumerate(convolutions):
+        weight = convolution.weight.detach().contiguous().requires_grad_()
+        reference = F.relu(F.conv2d(reference, weight, convolution.bias, convolution.stride))
+        if index == 0:
+            first_weight = weight
+    reference = reference.flatten(1)
+    features = encoder(observations)
+    torch.testing.assert_close(features, reference)
+    signal = torch.randn_like(reference)
+    features.backward(signal)
+    reference.backward(signal)
+    torch.testing.assert_close(convolutions[0].weight.grad, first_weight.grad)
+
+
 def test_the_network_option_overrides_the_choice():
     from offpolicy.agents.networks import FlattenEncoder, ImageEncoder, make_encoder
 
