@@ -189,6 +189,33 @@ def test_seeding_exploration_gives_each_copy_its_own_draws(learner, config):
     assert not torch.equal(drawn[1][0], drawn[2][0])
 
 
+@pytest.mark.parametrize("learner, config", LEARNERS)
+def test_random_steps_act_uniformly_over_the_bounds_then_the_policy_acts(learner, config):
+    """The run's first random_steps actions are uniform over the action bounds whatever the networks (as
+    Stable-Baselines3's and CleanRL's before learning starts); from then on, and in a run resumed past
+    them, the policy acts."""
+    policies = [learner(OBS, ACTIONS, config(hidden=16, random_steps=3_000), seed=seed).policy()
+                for seed in (1, 2)]
+    observations = torch.randn(1_000, 3)
+    for policy in policies:
+        policy.seed_exploration(7)
+    low, high = ACTIONS.low, ACTIONS.high
+    for _ in range(3):
+        first, second = (policy.act(observations, deterministic=False).actions for policy in policies)
+        assert torch.equal(first, second)
+        actions = first.numpy()
+        assert ((actions >= low) & (actions <= high)).all()
+        np.testing.assert_allclose(actions.mean(0), (low + high) / 2, atol=0.05 * (high - low).max())
+        np.testing.assert_allclose(actions.std(0), (high - low) / np.sqrt(12), rtol=0.08)
+    first, second = (policy.act(observations, deterministic=False).actions for policy in policies)
+    assert not torch.allclose(first, second, atol=0.05)
+    resumed = learner(OBS, ACTIONS, config(hidden=16, random_steps=3_000), seed=1).policy()
+    resumed.set_env_steps(3_000)
+    assert resumed.exploration.random_start(1) is False
+    with pytest.raises(ConfigError, match="random_steps must be 0 or more"):
+        learner(OBS, ACTIONS, config(random_steps=-1))
+
+
 def torch_adam(parameters):
     return torch.optim.Adam(parameters, lr=1e-2, fused=True)
 

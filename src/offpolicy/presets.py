@@ -191,9 +191,10 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_steps": 1_000_000,
             "strategy": dict(_ONE_ENV_EVERY_STEP, replay_buffer_size=1_000_000, train_batch_size=256,
                              warmup_steps=warmup, eval_interval=10_000),
-            "hyperparameters": {"lr": 3e-4},
+            "hyperparameters": {"lr": 3e-4, "random_steps": warmup},
         }
-        # CleanRL learns from 25k steps; on HalfCheetah RL-Zoo's 10k gives 15k more updates in a short run
+        # CleanRL learns from 25k steps, acting at random until then; on HalfCheetah RL-Zoo's 10k gives 15k
+        # more updates in a short run
         for name, warmup in (("HalfCheetah", 10_000), ("Hopper", 25_000), ("Walker2d", 25_000))
     },
     **{

@@ -19,13 +19,16 @@ NETWORKS = ("auto", "mlp", "cnn")
 
 
 def validate_common(config: object) -> None:
-    """The rules every agent shares for lr, gamma, tau, hidden, layers, network, activation and switches."""
+    """The rules every agent shares for lr, random_steps, gamma, tau, hidden, layers, network, activation
+    and switches."""
     lr, gamma, tau = config.lr, config.gamma, config.tau  # type: ignore[attr-defined]
     hidden, layers = config.hidden, config.layers  # type: ignore[attr-defined]
     if not lr > 0:
         raise ConfigError(f"lr must be positive, got {lr}")
     if getattr(config, "critic_lr", 0.0) < 0:
         raise ConfigError(f"critic_lr must be 0 (the same as lr) or positive, got {config.critic_lr}")  # type: ignore
+    if getattr(config, "random_steps", 0) < 0:
+        raise ConfigError(f"random_steps must be 0 or more, got {config.random_steps}")  # type: ignore
     if not 0 <= gamma <= 1:
         raise ConfigError(f"gamma must be between 0 and 1, got {gamma}")
     if not 0 < tau <= 1:

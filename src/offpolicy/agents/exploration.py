@@ -22,6 +22,9 @@ class Exploration(ABC):
 
     env_steps: int = 0
     """Environment steps acted so far, which progress-dependent schedules follow."""
+    random_steps: int = 0
+    """For continuous actions: the run's first steps acted uniformly at random over the action range, before
+    the policy's own exploration takes over (`random_start`)."""
 
     @abstractmethod
     def state(self) -> dict[str, Any]:
@@ -37,6 +40,13 @@ class Exploration(ABC):
 
     def to(self, device: torch.device) -> None:
         """Follow the policy to `device` (only streams that draw on the device move)."""
+
+    def random_start(self, count: int) -> bool:
+        """Count `count` actions as acted; true if they fall in the run's first `random_steps` steps, where
+        they are drawn uniformly at random instead of from the policy."""
+        random = self.env_steps < self.random_steps
+        self.env_steps += count
+        return random
 
 
 class NoExploration(Exploration):
@@ -105,14 +115,19 @@ class EpsilonGreedy(NumpyStream):
 
 
 class GaussianNoise(NumpyStream):
-    """N(0, std) added to actions in [-1, 1], clipped back into that range."""
+    """N(0, std) added to actions in [-1, 1], clipped back into that range; uniformly random actions
+    instead during the run's first `random_steps` steps."""
 
-    def __init__(self, std: float, seed: int) -> None:
+    def __init__(self, std: float, seed: int, random_steps: int = 0) -> None:
         super().__init__(seed)
         self.std = std
+        self.random_steps = random_steps
 
     def perturb(self, unit_actions: torch.Tensor) -> torch.Tensor:
-        self.env_steps += len(unit_actions)
+        """The actions to take instead of the policy's `unit_actions`; counts them as acted."""
+        if self.random_start(len(unit_actions)):
+            uniform = self.rng.uniform(-1.0, 1.0, unit_actions.shape).astype(np.float32)
+            return torch.from_numpy(uniform).to(unit_actions.device)
         if self.std <= 0:
             return unit_actions
         noise = torch.from_numpy(self.rng.normal(0.0, self.std, unit_actions.shape).astype(np.float32))
@@ -120,13 +135,19 @@ class GaussianNoise(NumpyStream):
 
 
 class PolicySampling(Exploration):
-    """Sampling from a stochastic policy's own distribution, with a torch generator on the policy's device."""
+    """Sampling from a stochastic policy's own distribution, with a torch generator on the policy's device;
+    uniformly random actions instead during the run's first `random_steps` steps."""
 
-    def __init__(self, device: torch.device, seed: int) -> None:
+    def __init__(self, device: torch.device, seed: int, random_steps: int = 0) -> None:
         self.device = device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.env_steps = 0
+        self.random_steps = random_steps
+
+    def uniform(self, shape: torch.Size) -> torch.Tensor:
+        """Actions drawn uniformly from [-1, 1]."""
+        return torch.rand(shape, generator=self.generator, device=self.device) * 2.0 - 1.0
 
     def state(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

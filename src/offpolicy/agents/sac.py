@@ -7,8 +7,8 @@ or gamma^m where r sums m rewards):
    loss = 1/2 * sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
 3. actor: loss = mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a ~ pi(.|s) reparameterised;
 4. targets: Q_target <- (1 - tau) Q_target + tau Q.
-Actions are tanh-squashed to [-1, 1] and scaled to the env's bounds; the deterministic
-action is tanh(mean).
+Actions are tanh-squashed to [-1, 1] and scaled to the env's bounds, after the run's first
+`random_steps` steps, which are drawn uniformly from the bounds; the deterministic action is tanh(mean).
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ class SACConfig:
     """Fixed entropy coefficient alpha; 0 tunes it automatically towards entropy -action dims."""
     initial_entropy_coef: float = 1.0
     """Starting alpha when tuned automatically."""
+    random_steps: int = 0
+    """Environment steps at the run's start acted uniformly at random over the action range, before the
+    policy acts (Stable-Baselines3 and CleanRL do so until learning starts); 0 acts with the policy from the
+    first step."""
 
     def validate(self) -> None:
         validate_common(self)
@@ -93,12 +97,12 @@ def squashed_sample(actor: torch.nn.Module, observations: torch.Tensor, generato
 class SACPolicy(Policy):
     """Samples from the squashed Gaussian; deterministic actions are tanh(mean)."""
 
-    def __init__(self, actor: EncodedMLP, scale: ActionScale, seed: int) -> None:
+    def __init__(self, actor: EncodedMLP, scale: ActionScale, seed: int, random_steps: int = 0) -> None:
         self.actor = actor
         self.scale = scale
         self.device = next(actor.parameters()).device
         self._handover = ParameterHandover(actor)
-        self._exploration = PolicySampling(self.device, seed)
+        self._exploration = PolicySampling(self.device, seed, random_steps)
 
     @property
     def exploration(self) -> PolicySampling:
@@ -110,6 +114,8 @@ class SACPolicy(Policy):
                 unit = torch.tanh(self.actor(observations).chunk(2, dim=-1)[0])
             else:
                 unit, _ = squashed_sample(self.actor, observations, self.exploration.generator)
+                if self.exploration.random_start(len(unit)):
+                    unit = self.exploration.uniform(unit.shape)
             return PolicyOutput(self.scale.to_env(unit), {})
 
     def state(self) -> PolicyState:
@@ -163,7 +169,7 @@ class SACLearner(PolicyLearner):
         self.target_entropy = -float(action_size)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)
-        self._policy = SACPolicy(self.actor, self.scale, seed)
+        self._policy = SACPolicy(self.actor, self.scale, seed, c.random_steps)
         self.updates = 0
 
     def train(self, batch: TransitionBatch) -> TrainOutput:

@@ -8,7 +8,8 @@ or gamma^m where r sums m rewards):
 2. every `policy_delay` updates: actor loss = -mean Q_1(s, actor(s)), then both targets move by tau
    (`actor_loss` is reported on those updates only).
 Acting adds N(0, exploration_noise) to tanh(actor(s)) in [-1, 1] before scaling to the env's
-bounds; the deterministic action has no noise.
+bounds, after the run's first `random_steps` steps, which are drawn uniformly from the bounds; the
+deterministic action has no noise.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class TD3Config:
     """Critic updates per actor (and target) update."""
     exploration_noise: float = 0.1
     """Std of the Gaussian noise added to actions while collecting, in units of half the action range."""
+    random_steps: int = 0
+    """Environment steps at the run's start acted uniformly at random over the action range, before the
+    policy acts (Stable-Baselines3 and CleanRL do so until learning starts); 0 acts with the policy from the
+    first step."""
     target_noise: float = 0.2
     """Std of the target policy smoothing noise, in the same units."""
     target_noise_clip: float = 0.5
@@ -144,7 +149,7 @@ class TD3Learner(PolicyLearner):
         self.critic_optimizer = LeanAdam(self.critic.parameters(), c.critic_lr or c.lr)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed + 1)
-        self._policy = TD3Policy(self.actor, self.scale, GaussianNoise(c.exploration_noise, seed))
+        self._policy = TD3Policy(self.actor, self.scale, GaussianNoise(c.exploration_noise, seed, c.random_steps))
         self.updates = 0
 
     def train(self, batch: TransitionBatch) -> TrainOutput:
