@@ -66,6 +66,8 @@ CASES = [
      "policy_delay must be at least 1, got 0"),
     ("SAC entropy coefficient negative", ["train", "sac", "Pendulum-v1", "--entropy-coef", "-1"],
      "entropy_coef must be 0 (automatic) or positive, got -1.0"),
+    ("negative random_steps", ["train", "td3", "Pendulum-v1", "--random-steps", "-1"],
+     "random_steps must be 0 or more, got -1"),
     ("option of another agent", ["train", "dqn", "CartPole-v1", "--policy-delay", "3"],
      "option --policy-delay does not apply to agent dqn"),
     ("dueling heads for SAC", ["train", "sac", "Pendulum-v1", "--dueling"], "option --dueling does not apply to agent sac"),
