@@ -253,6 +253,32 @@ def test_lean_optimizers_match_torch_and_its_checkpoints(lean_class, torch_optim
     assert torch.equal(plain.state_dict()["state"][1][moment], saved["state"][1][moment])
 
 
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_compiled_rmsprop_takes_the_multi_tensor_steps(memory_format):
+    """The compiled step computes what the multi-tensor calls do, to float32 rounding, convolutions in
+    either memory layout included, and hands over to them through a checkpoint."""
+    from offpolicy.agents.optim import LeanRMSProp
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                    torch.nn.Linear(8 * 6 * 6, 5)).to(memory_format=memory_format)
+    compiled = copy.deepcopy(reference)
+    plain_optimizer = LeanRMSProp(reference.parameters(), 1e-2, compiled=False)
+    compiled_optimizer = LeanRMSProp(compiled.parameters(), 1e-2, compiled=True)
+    for step in range(40):
+        inputs = torch.randn(16, 4, 8, 8).to(memory_format=memory_format)
+        for model, optimizer in ((reference, plain_optimizer), (compiled, compiled_optimizer)):
+            optimizer.zero_grad(set_to_none=True)
+            model(inputs).pow(2).mean().backward()
+            optimizer.step()
+        if step == 20:
+            compiled_optimizer.load_state_dict(copy.deepcopy(plain_optimizer.state_dict()))
+    for a, b in zip(reference.parameters(), compiled.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    for a, b in zip(plain_optimizer.square_avgs, compiled_optimizer.square_avgs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+
+
 def test_lean_rmsprop_before_its_first_step_saves_what_torch_saves():
     from offpolicy.agents.optim import LeanRMSProp
 
