@@ -253,12 +253,13 @@ PRESET_DESCRIPTIONS = {
                   "seeds, CleanRL about 1,450)",
     "sac-walker2d": "SAC on Walker2d-v5 (RL-Zoo settings; mujoco extra; final evaluation 588 +/- 381 at 100k steps "
                     "over 3 seeds, CleanRL about 550)",
-    "td3-halfcheetah": "TD3 on HalfCheetah-v5 (CleanRL settings, lr 3e-4, learning from RL-Zoo's 10k steps; mujoco "
-                       "extra; final evaluation 3,750 +/- 21 at 100k steps over 3 seeds, CleanRL about 4,000)",
-    "td3-hopper": "TD3 on Hopper-v5 (CleanRL settings; mujoco extra; final evaluation 333 +/- 151 at 100k steps "
-                  "over 3 seeds, CleanRL about 280)",
-    "td3-walker2d": "TD3 on Walker2d-v5 (CleanRL settings; mujoco extra; final evaluation 461 +/- 34 at 100k steps "
-                    "over 3 seeds, CleanRL about 300)",
+    "td3-halfcheetah": "TD3 on HalfCheetah-v5 (CleanRL settings, lr 3e-4, random actions and then learning from "
+                       "RL-Zoo's 10k steps; mujoco extra; final evaluation 4,034 +/- 891 at 100k steps over 3 seeds, "
+                       "CleanRL about 4,000)",
+    "td3-hopper": "TD3 on Hopper-v5 (CleanRL settings: random actions for 25k steps, then learning; mujoco extra; "
+                  "final evaluation 378 +/- 158 at 100k steps over 3 seeds, CleanRL about 280)",
+    "td3-walker2d": "TD3 on Walker2d-v5 (CleanRL settings: random actions for 25k steps, then learning; mujoco extra; "
+                    "final evaluation 317 +/- 127 at 100k steps over 3 seeds, CleanRL about 300)",
     "sac-fetchreach": "SAC with hindsight replay on FetchReach-v4 (RL-Zoo settings: gamma 0.95, lr 1e-3, 64x64 "
                       "networks, 4 relabelled goals per goal, normalised observations; robotics extra; every goal "
                       "of 20 fresh episodes reached after 5,000 steps, seeds 0-3)",
