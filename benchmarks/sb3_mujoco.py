@@ -5,9 +5,9 @@ and SB3's SAC or TD3 given the same values: one env, one update of 256 per step,
 networks, tau 0.005, gamma 0.99, the same learning rates and learning start, TD3's noises and delay.
 Every run has one torch thread and runs beside one other run (two at a time), and runs no evaluation
 while it trains; its policy is then evaluated on 10 deterministic episodes (seeds 10,000-10,009, the
-same for both libraries). Runs go seed by seed, ours beside SB3's, so that both sides of a seed see the
-same machine: its speed differs by up to a fifth between sittings, so re-measure a seed by deleting both
-of its files. Each finished run is stored in `benchmarks/results/sb3_mujoco/` and never repeated, so the
+same for both libraries). Runs go seed by seed, ours and SB3's together, so that both sides of a seed run
+in the same sitting: the machine's speed differs by up to a fifth between sittings, so re-measure a seed
+by deleting both of its files. Each finished run is stored in `benchmarks/results/sb3_mujoco/` and never repeated, so the
 comparison can be completed over several sittings; `python benchmarks/suite.py --report` puts the table
 into `docs/benchmarks.md`.
 

@@ -161,8 +161,10 @@ class LeanRMSProp:
         if compiled and loop is None:
             raise ValueError("the compiled RMSProp step needs numba and dense parameters on the CPU")
         self._loop = loop
-        self._views: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        """Per parameter, where its values live and NumPy views of them and of its averages."""
+        self._pointers: list[int] = []
+        """Where each parameter's values lived when `_views` were made."""
+        self._views: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        """Per parameter, NumPy views of its values and of its averages."""
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -193,11 +195,12 @@ class LeanRMSProp:
 
     def _element_views(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """NumPy views of each parameter's values and averages, made again if a parameter has moved."""
-        if len(self._views) != len(self.params) or any(
-                view[0] != p.data_ptr() for view, p in zip(self._views, self.params)):
-            self._views = [(p.data_ptr(), _elements(p), _elements(square), _elements(mean))
+        pointers = [p.data_ptr() for p in self.params]
+        if pointers != self._pointers:
+            self._pointers = pointers
+            self._views = [(_elements(p), _elements(square), _elements(mean))
                            for p, square, mean in zip(self.params, self.square_avgs, self.grad_avgs)]
-        return [view[1:] for view in self._views]
+        return self._views
 
     def state_dict(self) -> dict[str, Any]:
         """Laid out as `torch.optim.RMSprop(centered=True).state_dict()`, so either can load the other's."""
