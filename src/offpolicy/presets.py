@@ -181,12 +181,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                              warmup_steps=warmup, eval_interval=10_000),
             "hyperparameters": hyperparameters,
         }
-        # RL-Zoo's settings; on Hopper CleanRL's (a faster critic, random actions until learning from 5k
-        # steps), with which it learns twice as far in 100k steps
+        # RL-Zoo's settings, acting at random until learning as its SB3 does; on Hopper CleanRL's (a faster
+        # critic, learning from 5k steps), with which it learns twice as far in 100k steps
         for name, warmup, hyperparameters in (
-            ("HalfCheetah", 10_000, {}),
+            ("HalfCheetah", 10_000, {"random_steps": 10_000}),
             ("Hopper", 5_000, {"critic_lr": 1e-3, "random_steps": 5_000}),
-            ("Walker2d", 10_000, {}),
+            ("Walker2d", 10_000, {"random_steps": 10_000}),
         )
     },
     **{
