@@ -158,8 +158,9 @@ def test_sum_tree_draws_in_proportion_and_never_draws_zero(capacity, compiled):
     tree = sum_tree(capacity, compiled)
     tree.update(np.arange(capacity), priorities)
     assert tree.total == pytest.approx(priorities.sum())
-    draws, priorities_drawn = tree.sample(200_000, rng)
-    assert np.array_equal(priorities_drawn, priorities[draws])
+    draws, weights = tree.sample(200_000, rng, beta=0.5)
+    drawn = priorities[draws]
+    assert weights.dtype == np.float32 and np.allclose(weights, (drawn / drawn.min()) ** -0.5, rtol=1e-6)
     counts = np.bincount(draws, minlength=capacity)
     assert len(counts) == capacity and counts[priorities == 0].sum() == 0
     if capacity > 1:
@@ -206,6 +207,17 @@ def test_the_compiled_sum_tree_computes_what_numpy_does():
     found = fast.find(masses)
     assert np.array_equal(found, plain.find(masses))
     assert np.all(plain.priorities(found) > 0)
+    errors = rng.normal(size=300).astype(np.float32)  # signed, as a learner's TD errors
+    slots = rng.choice(10_007, size=300, replace=False)
+    highest = [tree.update_from_errors(slots, errors, 1e-3, 0.6) for tree in (fast, plain)]
+    expected = (np.abs(errors.astype(np.float64)) + 1e-3) ** 0.6
+    assert np.allclose(fast.priorities(slots), expected, rtol=1e-12, atol=0)
+    assert np.allclose(plain.priorities(slots), expected, rtol=1e-12, atol=0)
+    assert highest[0] == pytest.approx(expected.max(), rel=1e-12) and highest[1] == pytest.approx(highest[0])
+    assert fast.total == pytest.approx(plain.total, rel=1e-12)
+    draws = [tree.sample(1000, np.random.default_rng(8), beta=0.7) for tree in (fast, plain)]
+    assert np.array_equal(draws[0][0], draws[1][0])
+    assert np.allclose(draws[0][1], draws[1][1], rtol=1e-6)
 
 
 def filled_prioritized(size=400, capacity=500, **options):

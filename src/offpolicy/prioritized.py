@@ -59,9 +59,7 @@ class PrioritizedReplayBuffer(TransitionBuffer):
             self.tree.update(slots, np.full(count, self.max_priority))
 
     def _draw(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        slots, priorities = self.tree.sample(count, self._rng)
-        # (N P_i) ** -beta / max_j (N P_j) ** -beta, with P_i = p_i / total, is (p_i / min_j p_j) ** -beta.
-        weights = np.power(priorities / priorities.min(), -self.beta, dtype=np.float32)
+        slots, weights = self.tree.sample(count, self._rng, self.beta)
         return torch.from_numpy(slots).to(self.device), torch.from_numpy(weights).to(self.device)
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[TransitionBatch]:
@@ -71,11 +69,9 @@ class PrioritizedReplayBuffer(TransitionBuffer):
 
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """p_i = (|delta_i| + epsilon) ** alpha for each sampled transition."""
-        priorities = np.abs(td_errors.detach().cpu().numpy(), dtype=np.float32)
-        priorities += self.epsilon
-        np.power(priorities, self.alpha, out=priorities)
-        self.tree.update(indices.cpu().numpy(), priorities)
-        self.max_priority = max(self.max_priority, float(priorities.max()))
+        highest = self.tree.update_from_errors(
+            indices.numpy(force=True), td_errors.detach().numpy(force=True), self.epsilon, self.alpha)
+        self.max_priority = max(self.max_priority, highest)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -7,7 +7,9 @@ the root the total. Drawing a slot walks down from the root with a mass in
 updating a slot re-sums its ancestors from their children, so sums never drift.
 A million slots take 10 levels, each node's children 32 contiguous bytes. A slot
 of priority zero (padding included) is never drawn, even where rounding leaves a
-mass a hair above a node's sum.
+mass a hair above a node's sum. Prioritized replay's arithmetic around the
+tree is done in the same passes: a draw also gives each drawn slot's importance
+weight, and an update can take TD errors and set (|delta| + epsilon) ** alpha.
 
 The same operations exist twice, on the same array and with the same arithmetic:
 loops compiled by numba (a dependency), which handle the whole batch a level at
@@ -41,12 +43,12 @@ def _layout(capacity: int) -> tuple[np.ndarray, int]:
     return np.array(offsets, np.int64), length
 
 
-def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, scale: float, slots: np.ndarray,
-               priorities: np.ndarray) -> None:
-    """For each mass (times `scale`), the slot whose cumulative priority interval holds it, and that slot's
-    priority (into `slots` and `priorities`; `masses` is used up). Level by level for the whole batch, so
-    that the memory reads of different draws overlap, and without data-dependent branches in the scan of a
-    node's children."""
+def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, scale: float, beta: float,
+               slots: np.ndarray, weights: np.ndarray) -> None:
+    """For each mass (times `scale`), the slot whose cumulative priority interval holds it (into `slots`),
+    and its importance weight (p / min p over the batch) ** -beta (into `weights`; `masses` is used up).
+    Level by level for the whole batch, so that the memory reads of different draws overlap, and without
+    data-dependent branches in the scan of a node's children."""
     slots[:] = 0
     for i in range(masses.shape[0]):
         masses[i] *= scale
@@ -71,15 +73,25 @@ def _find_loop(nodes: np.ndarray, offsets: np.ndarray, masses: np.ndarray, scale
             slots[i] = node * FANOUT + chosen
     leaves = offsets[offsets.shape[0] - 1]
     for i in range(slots.shape[0]):
-        priorities[i] = nodes[leaves + slots[i]]
-
-
-def _update_loop(nodes: np.ndarray, offsets: np.ndarray, slots: np.ndarray, priorities: np.ndarray) -> None:
-    """Set each slot's priority, then re-sum their ancestors a level at a time for the whole batch (slot
-    by slot, every update of a shared ancestor would wait on the one before)."""
-    depth = offsets.shape[0] - 1
+        masses[i] = nodes[leaves + slots[i]]  # from here on the drawn priorities
+    lowest = masses.min()
     for i in range(slots.shape[0]):
-        nodes[offsets[depth] + slots[i]] = priorities[i]
+        weights[i] = (masses[i] / lowest) ** -beta
+
+
+def _update_loop(nodes: np.ndarray, offsets: np.ndarray, slots: np.ndarray, values: np.ndarray, epsilon: float,
+                 alpha: float) -> float:
+    """Set each slot's priority to (|value| + epsilon) ** alpha (the value itself with 0 and 1), then
+    re-sum their ancestors a level at a time for the whole batch (slot by slot, every update of a shared
+    ancestor would wait on the one before). Returns the highest priority set."""
+    depth = offsets.shape[0] - 1
+    highest = 0.0
+    for i in range(slots.shape[0]):
+        priority = float(values[i])
+        if epsilon != 0.0 or alpha != 1.0:
+            priority = (abs(priority) + epsilon) ** alpha
+        nodes[offsets[depth] + slots[i]] = priority
+        highest = max(highest, priority)
     parents = slots // FANOUT
     for level in range(depth, 0, -1):
         for i in range(parents.shape[0]):
@@ -89,6 +101,7 @@ def _update_loop(nodes: np.ndarray, offsets: np.ndarray, slots: np.ndarray, prio
                 total += nodes[base + child]
             nodes[offsets[level - 1] + parents[i]] = total
         parents //= FANOUT
+    return highest
 
 
 @functools.cache
@@ -131,31 +144,43 @@ class SumTree:
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Set these slots' priorities (one value per slot) and re-sum their ancestors."""
+        self._update(slots, priorities, 0.0, 1.0)
+
+    def update_from_errors(self, slots: np.ndarray, td_errors: np.ndarray, epsilon: float, alpha: float) -> float:
+        """Set these slots' priorities to prioritized replay's (|delta| + epsilon) ** alpha, one TD error
+        delta per slot, and re-sum their ancestors. Returns the highest of these priorities."""
+        return self._update(slots, td_errors, epsilon, alpha)
+
+    def _update(self, slots: np.ndarray, values: np.ndarray, epsilon: float, alpha: float) -> float:
         slots = np.ascontiguousarray(slots, np.int64)
-        priorities = np.ascontiguousarray(priorities, np.float64)
         if self._kernels is not None:
-            self._kernels[1](self.nodes, self.offsets, slots, priorities)
-            return
+            return self._kernels[1](self.nodes, self.offsets, slots, np.ascontiguousarray(values), epsilon, alpha)
+        priorities = np.asarray(values, np.float64)
+        if epsilon != 0.0 or alpha != 1.0:
+            priorities = np.power(np.abs(priorities) + epsilon, alpha)
         self.nodes[self._leaves + slots] = priorities
         nodes = slots
         for level in range(self.depth, 0, -1):
             nodes = nodes // FANOUT
             children = self.nodes[(self.offsets[level] + nodes * FANOUT)[:, None] + np.arange(FANOUT)]
             self.nodes[self.offsets[level - 1] + nodes] = np.cumsum(children, axis=1)[:, -1]  # in order, as the loop
+        return float(priorities.max(initial=0.0))
 
     def find(self, masses: np.ndarray) -> np.ndarray:
         """The slot whose cumulative priority interval holds each of `masses` (values in [0, total))."""
-        return self._walk(np.array(masses, np.float64), 1.0)[0]
+        return self._walk(np.array(masses, np.float64), 1.0, 0.0)[0]
 
-    def sample(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """`count` slots drawn independently, each with probability priority / total, and their priorities."""
-        return self._walk(rng.random(count), self.total)
+    def sample(self, count: int, rng: np.random.Generator, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """`count` slots drawn independently, each with probability P_i = p_i / total, and their importance
+        weights (N P_i) ** -beta / max_j (N P_j) ** -beta over the draw, that is (p_i / min_j p_j) ** -beta,
+        in float32."""
+        return self._walk(rng.random(count), self.total, beta)
 
-    def _walk(self, masses: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-        slots, priorities = np.empty(len(masses), np.int64), np.empty(len(masses), np.float64)
+    def _walk(self, masses: np.ndarray, scale: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        slots, weights = np.empty(len(masses), np.int64), np.empty(len(masses), np.float32)
         if self._kernels is not None:
-            self._kernels[0](self.nodes, self.offsets, masses, scale, slots, priorities)
-            return slots, priorities
+            self._kernels[0](self.nodes, self.offsets, masses, scale, beta, slots, weights)
+            return slots, weights
         masses *= scale
         nodes = np.zeros(len(masses), np.int64)
         rows = np.arange(len(masses))
@@ -167,4 +192,5 @@ class SumTree:
                                 FANOUT - 1 - np.argmax(children[:, ::-1] > 0, axis=1))
             masses -= np.where(chosen > 0, running[rows, chosen - 1], 0.0)
             nodes = nodes * FANOUT + chosen
-        return nodes, self.priorities(nodes)
+        priorities = self.priorities(nodes)
+        return nodes, np.power(priorities / priorities.min(initial=np.inf), -beta).astype(np.float32)
