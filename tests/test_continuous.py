@@ -286,6 +286,31 @@ def test_lean_rmsprop_before_its_first_step_saves_what_torch_saves():
     assert LeanRMSProp(layer.parameters(), 1e-2).state_dict() == torch_rmsprop(layer.parameters()).state_dict()
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_lean_rmsprop_grad_scale_divides_the_gradients_first(compiled):
+    """How the DQN fast path clips the gradient norm with RMSProp: inside the compiled step, or before the
+    multi-tensor calls."""
+    from offpolicy.agents.optim import LeanRMSProp
+
+    torch.manual_seed(0)
+    scaled, divided = (torch.nn.Linear(3, 4) for _ in range(2))
+    divided.load_state_dict(scaled.state_dict())
+    optimizers = [LeanRMSProp(model.parameters(), 1e-2, compiled=compiled) for model in (scaled, divided)]
+    for _ in range(5):
+        inputs = torch.randn(8, 3)
+        for model in (scaled, divided):
+            model.zero_grad(set_to_none=True)
+            model(inputs).pow(2).sum().backward()
+        for p in divided.parameters():
+            p.grad /= 4.0
+        optimizers[0].step(torch.tensor(4.0))
+        optimizers[1].step()
+    for a, b in zip(scaled.parameters(), divided.parameters()):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    for a, b in zip(optimizers[0].grad_avgs, optimizers[1].grad_avgs):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-8)  # the averages saw the divided gradients
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_lean_adam_grad_scale_divides_the_gradients_first(fused):
     """How the DQN fast path clips the gradient norm: inside the kernel, or before the fallback's step."""

@@ -155,6 +155,60 @@ def test_fast_path_matches_autograd(layers, hidden, double_q):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+MINATAR_LIKE = gym.spaces.Box(0, 1, (10, 10, 4), np.bool_)
+"""MinAtar's observations: a bool grid, channels last."""
+SMALL_PIXELS = gym.spaces.Box(0, 255, (3, 12, 12), np.uint8)
+"""Small uint8 images, channels first: scaled by 1/255 inside the network."""
+
+
+def image_buffer(space, seed=0, size=300):
+    rng = np.random.default_rng(seed)
+
+    def images():
+        if space.dtype == np.bool_:
+            return rng.random((size, *space.shape)) < 0.15
+        return rng.integers(0, 256, (size, *space.shape), dtype=np.uint8)
+
+    buffer = TransitionBuffer(1000, seed=seed)
+    buffer.push(StepBatch.of_transitions(images(), images(), rng.integers(3, size=size),
+                                         rng.normal(size=size).astype(np.float32), rng.random(size) < 0.1))
+    return buffer
+
+
+@pytest.mark.parametrize("space", [MINATAR_LIKE, SMALL_PIXELS], ids=["bool-channels-last", "uint8-channels-first"])
+@pytest.mark.parametrize("optimizer, double_q, max_grad_norm", [("rmsprop", True, 10.0), ("adam", False, 0.05)])
+def test_fast_path_matches_autograd_on_small_images(space, optimizer, double_q, max_grad_norm):
+    """The small image encoder (one 3x3 convolution) by NumPy: the same greedy actions, losses, TD errors
+    and parameters as autograd's, with RMSProp or Adam, the gradient norm clipped or not."""
+    config = DQNConfig(net_arch=(32,), lr=1e-3, optimizer=optimizer, double_q=double_q, max_grad_norm=max_grad_norm,
+                       target_update_interval=7)
+    assert FastDQNLearner.covers(space, config)
+    fast = FastDQNLearner(space, ACTIONS, config, seed=5)
+    torch.rand(3)  # whatever happened to torch's global generator in between, the seed decides the networks
+    plain = DQNLearner(space, ACTIONS, config, seed=5)
+    for a, b in zip(fast.q_network.parameters(), plain.q_network.parameters()):
+        assert torch.equal(a, b)
+    for learner in (fast, plain):
+        disturb(learner.target_network)
+    buffer = image_buffer(space, 7)
+    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, 32).astype(np.float32))
+    for index in range(30):
+        batch = buffer.sample(32)
+        if index % 2:
+            batch.weights = weights
+        out_fast, out_plain = fast.train(batch), plain.train(batch)
+        for name in ("loss", "q_values"):
+            assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=1e-4, atol=1e-6)
+        assert torch.allclose(out_fast.td_errors, out_plain.td_errors, rtol=1e-4, atol=1e-5)
+    for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
+                    list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    observations = buffer.sample(64).observations
+    with torch.no_grad():
+        expected = plain.policy().q_values(observations).argmax(1).numpy()
+    assert np.array_equal(fast.policy().act_arrays(observations.numpy(), deterministic=True)[0], expected)
+
+
 def test_acting_through_numpy_follows_training_and_parameter_handover():
     """The NumPy forward used for acting sees in-place training updates and parameters swapped in by
     `update()` (new storage), and picks the same greedy actions as torch's forward."""
@@ -213,26 +267,32 @@ def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
     assert not supports(tanh) and not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
     assert not supports(nn.Sequential(OrderedDict(encoder=nn.Conv2d(1, 1, 1), head=nn.Linear(4, 2))))
     assert isinstance(make_learner("dqn", OBS, ACTIONS, {}, "cpu", 0), FastDQNLearner)
-
-
-def test_rmsprop_takes_the_dqn_papers_centred_step_and_survives_a_checkpoint(tmp_path):
-    """With optimizer rmsprop an update is one step of centred RMSProp (decay 0.95, epsilon 0.01) on the
-    clipped gradient, the plain learner trains it (the fast path is Adam's), and resume keeps its state."""
-    config = DQNConfig(hidden=16, lr=1e-2, optimizer="rmsprop")
-    assert not isinstance(make_learner("dqn", OBS, ACTIONS, {"hidden": 16, "optimizer": "rmsprop"}, "cpu", 0),
+    minatar = {"net_arch": (16,), "optimizer": "rmsprop"}
+    assert isinstance(make_learner("dqn", MINATAR_LIKE, ACTIONS, minatar, "cpu", 0), FastDQNLearner)
+    atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # the Nature CNN: autograd
+    assert not isinstance(make_learner("dqn", atari, ACTIONS, {"net_arch": (16,)}, "cpu", 0), FastDQNLearner)
+    assert not isinstance(make_learner("dqn", MINATAR_LIKE, ACTIONS, dict(minatar, dueling=True), "cpu", 0),
                           FastDQNLearner)
-    learner, buffer = DQNLearner(OBS, ACTIONS, config, seed=1), filled_buffer()
+
+
+@pytest.mark.parametrize("learner_class", LEARNERS)
+def test_rmsprop_takes_the_dqn_papers_centred_step_and_survives_a_checkpoint(tmp_path, learner_class):
+    """With optimizer rmsprop an update is one step of centred RMSProp (decay 0.95, epsilon 0.01) on the
+    gradient, on both paths, and resume keeps its state."""
+    config = DQNConfig(hidden=16, lr=1e-2, optimizer="rmsprop")
+    learner, buffer = learner_class(OBS, ACTIONS, config, seed=1), filled_buffer()
     batch = buffer.sample(64)
     before = [p.detach().clone() for p in learner.q_network.parameters()]
     learner.train(batch)
     grads = [p.grad for p in learner.q_network.parameters()]
+    assert sum(float(g.pow(2).sum()) for g in grads) ** 0.5 < config.max_grad_norm  # not clipped
     for start, grad, after in zip(before, grads, learner.q_network.parameters()):
         mean, square = 0.05 * grad, 0.05 * grad ** 2  # the running averages after one step from zero
         assert torch.allclose(after, start - 1e-2 * grad / ((square - mean ** 2).sqrt() + 0.01), atol=1e-6)
     for _ in range(3):
         learner.train(buffer.sample(32))
     save_state(tmp_path, "learner", learner.state_dict())
-    resumed = DQNLearner(OBS, ACTIONS, config, seed=9)
+    resumed = learner_class(OBS, ACTIONS, config, seed=9)
     resumed.load_state_dict(load_state(tmp_path, "learner"))
     batch = buffer.sample(32)
     learner.train(batch), resumed.train(batch)

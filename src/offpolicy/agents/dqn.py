@@ -151,10 +151,10 @@ class DQNLearner(PolicyLearner):
         self.config = c = config or DQNConfig()
         c.validate()
         num_actions = discrete_actions("DQN", action_space)
+        torch.manual_seed(seed)  # before the encoder: a convolutional one has weights of its own
         encoder = make_encoder(observation_space, "DQN", c.network, custom_encoder)
         self.device = torch.device(device)
         self.gamma = c.gamma
-        torch.manual_seed(seed)
         self.q_network = self.make_q_network(encoder, num_actions).to(self.device)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.parameters = list(self.q_network.parameters())

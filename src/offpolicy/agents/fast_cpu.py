@@ -4,10 +4,12 @@ For the small networks of classic control, an update's cost is per-operation
 overhead, not arithmetic. Autograd's graph and engine roughly double the cost of
 the dozen matrix operations the gradient really needs, and each torch call
 costs several microseconds of dispatch where NumPy's costs one or two. So for a
-Q-network that is a flattening encoder and a plain Linear/ReLU MLP, this module
-runs the forward pass and a hand-derived backward pass with NumPy, on views of
-the network's own parameters (the optimiser, torch's, and the forward here see
-the same memory): about 2-3 times as fast as autograd for a 64-wide network.
+Q-network that is a plain Linear/ReLU MLP after a flattening encoder or after the
+small image encoder (MinAtar's one 3x3 convolution), this module runs the forward
+pass and a hand-derived backward pass with NumPy, on views of the network's own
+parameters (the optimiser, torch's, and the forward here see the same memory):
+about 2-3 times as fast as autograd for a 64-wide network. The convolution is
+one matrix product over every 3x3 window of the images laid out as rows.
 
 `make_learner` picks `FastDQNLearner` wherever it applies (`covers`); it trains
 with autograd on other devices. Tests check that both paths give the same
@@ -19,17 +21,29 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
-from offpolicy.agents.networks import EncodedMLP, FlattenEncoder, make_encoder
+from offpolicy.agents.networks import EncodedMLP, Encoder, FlattenEncoder, ImageEncoder, make_encoder
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import TrainOutput
 
 
+def supported_encoder(encoder: Encoder) -> bool:
+    """A flattening encoder, or the small image encoder: one 3x3 convolution of stride 1."""
+    if isinstance(encoder, ImageEncoder):
+        layers = list(encoder.convolutions)
+        if len(layers) != 1:
+            return False
+        shape = (layers[0].kernel_size, layers[0].stride, layers[0].padding, layers[0].dilation, layers[0].groups)
+        return shape == ((3, 3), (1, 1), (0, 0), (1, 1), 1)
+    return isinstance(encoder, FlattenEncoder)
+
+
 def supports(network: nn.Module) -> bool:
-    """True for a flattening encoder followed by Linear, ReLU, Linear, ..., Linear."""
-    if not isinstance(network, EncodedMLP) or not isinstance(network.encoder, FlattenEncoder):
+    """True for a supported encoder (`supported_encoder`) followed by Linear, ReLU, Linear, ..., Linear."""
+    if not isinstance(network, EncodedMLP) or not supported_encoder(network.encoder):
         return False
     head = network.head
     return len(head) % 2 == 1 and all(
@@ -48,31 +62,90 @@ def scalar_tensor(value: np.floating) -> torch.Tensor:
     return torch.from_numpy(np.asarray(value, dtype=np.float32))
 
 
+class SmallConvolution:
+    """The small image encoder's convolution (3x3, stride 1), its ReLU and flattening, by NumPy.
+
+    Every 3x3 window of the images becomes one row of `columns` (im2col), so that the convolution is one
+    matrix product with the filters as rows, and their gradient another."""
+
+    def __init__(self, encoder: ImageEncoder) -> None:
+        self.scale = np.float32(encoder.scale)
+        self.channels_last = encoder.channels_last
+
+    def columns(self, images: np.ndarray) -> np.ndarray:
+        """Each image's 3x3 windows as rows of (row offset, column offset, channel) values, scaled as the
+        encoder scales its input: shape (images * windows, 9 * channels), windows in row-major order."""
+        if not self.channels_last:
+            images = images.transpose(0, 2, 3, 1)
+        if images.dtype == np.bool_:
+            images = images.view(np.uint8)
+        count, height, width, channels = images.shape
+        windows = sliding_window_view(images, (3, 3), axis=(1, 2))  # count, rows, columns, channel, 3, 3
+        columns = np.empty((count, height - 2, width - 2, 3, 3, channels), np.float32)
+        columns[...] = windows.transpose(0, 1, 2, 4, 5, 3)
+        if self.scale != 1.0:
+            columns *= self.scale
+        return columns.reshape(-1, 9 * channels)
+
+    def forward(self, images: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The features after the ReLU, flattened in (filter, row, column) order as torch flattens them, and
+        the columns (for `backward`). `kernel` is the weight as (filters, 9 * channels) in `columns`' order."""
+        columns = self.columns(images)
+        maps = columns @ kernel.T  # (images * windows, filters)
+        maps += bias
+        count = len(images)
+        features = maps.reshape(count, -1, len(bias)).transpose(0, 2, 1).reshape(count, -1)
+        np.maximum(features, 0.0, out=features)
+        return features, columns
+
+    @staticmethod
+    def backward(features_grad: np.ndarray, columns: np.ndarray, weight_grad: np.ndarray,
+                 bias_grad: np.ndarray) -> None:
+        """The filters' and biases' gradients (into `weight_grad`, shaped as the weight, and `bias_grad`)
+        from the gradient of the features (already through the ReLU) and the forward's `columns`."""
+        filters = len(bias_grad)
+        maps_grad = features_grad.reshape(len(features_grad), filters, -1).transpose(0, 2, 1).reshape(-1, filters)
+        kernel_grad = maps_grad.T @ columns[:len(maps_grad)]  # (filters, 9 * channels)
+        weight_grad[...] = kernel_grad.reshape(filters, 3, 3, -1).transpose(0, 3, 1, 2)
+        np.add.reduce(maps_grad, axis=0, out=bias_grad)
+
+
 class FastMLP:
-    """NumPy views of a CPU MLP's parameters, with a forward and a hand-derived backward (no autograd)."""
+    """NumPy views of a CPU network's parameters (a supported encoder, then a Linear/ReLU MLP), with a
+    forward and a hand-derived backward (no autograd)."""
 
     def __init__(self, network: EncodedMLP) -> None:
         if not supports(network):
-            raise ValueError("FastMLP covers a flattening encoder and a Linear/ReLU MLP only")
+            raise ValueError("FastMLP covers a flattening or small image encoder and a Linear/ReLU MLP only")
         # The Parameter objects themselves (their values change in place or through `.data`), looked up
         # once: nn.Module attribute access costs about a microsecond per call.
         self.layers = [(layer.weight, layer.bias) for layer in network.head if isinstance(layer, nn.Linear)]
-        self._tensors = [tensor for layer in self.layers for tensor in layer]
+        encoder = network.encoder
+        self.convolution = SmallConvolution(encoder) if isinstance(encoder, ImageEncoder) else None
+        self._encoder_tensors = list(encoder.parameters())  # in `network.parameters()` order
+        self._tensors = self._encoder_tensors + [tensor for layer in self.layers for tensor in layer]
         self._views_key: list[int] = []
         self._views: list[tuple[np.ndarray, np.ndarray]] = []
+        self._kernel: tuple[np.ndarray, np.ndarray] | None = None
         self._gradient: np.ndarray | None = None
         self._gradient_views: list[np.ndarray] = []
         self.grads: list[torch.Tensor] = []
         """Torch views of `backward`'s result, one per parameter in `network.parameters()` order: what the
         optimiser reads as `.grad`."""
 
-    def predict(self, inputs: np.ndarray) -> np.ndarray:
+    def predict(self, observations: np.ndarray) -> np.ndarray:
         """The output alone (for acting: about half of torch's time for a few rows through a small MLP)."""
-        return self.forward(inputs)[0]
+        return self.forward(observations)[0]
 
-    def forward(self, inputs: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The output, and the input of every linear layer (what `backward` needs)."""
+    def forward(self, observations: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The output, and the input of every linear layer (what `backward` needs; after them, for a
+        convolution, its columns)."""
         layers = self._parameter_views()
+        if self.convolution is None:
+            inputs, columns = flat_rows(observations), None
+        else:
+            weight, bias = self._kernel
+            inputs, columns = self.convolution.forward(observations, weight, bias)
         layer_inputs = [inputs]
         hidden = inputs
         last = len(layers) - 1
@@ -82,31 +155,42 @@ class FastMLP:
             if index < last:
                 np.maximum(hidden, 0.0, out=hidden)
                 layer_inputs.append(hidden)
+        if columns is not None:
+            layer_inputs.append(columns)
         return hidden, layer_inputs
 
     def backward(self, output_grad: np.ndarray, layer_inputs: list[np.ndarray]) -> np.ndarray:
         """The gradient of every parameter, as one flat array that `grads` views (overwritten by the next
-        call): its norm is then one call, and nothing is allocated per parameter. Call it after the
-        `forward` that made `layer_inputs`: that call refreshed the parameter views this one reads."""
+        call): its norm is then one call, and nothing is allocated per parameter. `output_grad` may cover
+        the first rows of the forward's batch alone. Call it after the `forward` that made `layer_inputs`:
+        that call refreshed the parameter views this one reads."""
         gradient, views = self._gradient_storage()
         layers = self._views
+        rows = len(output_grad)
+        first = len(self._encoder_tensors)  # where the linear layers' gradients start in `views`
         grad = output_grad
         for index in range(len(layers) - 1, -1, -1):
-            layer_input = layer_inputs[index]
-            np.matmul(grad.T, layer_input, out=views[2 * index])
-            np.add.reduce(grad, axis=0, out=views[2 * index + 1])
-            if index:  # through the ReLU: its input was positive where its output is
+            layer_input = layer_inputs[index][:rows]
+            np.matmul(grad.T, layer_input, out=views[first + 2 * index])
+            np.add.reduce(grad, axis=0, out=views[first + 2 * index + 1])
+            if index or self.convolution is not None:  # through the ReLU: positive input where positive output
                 grad = grad @ layers[index][0].T
                 grad *= layer_input > 0
+        if self.convolution is not None:
+            self.convolution.backward(grad, layer_inputs[-1], views[0], views[1])
         return gradient
 
     def _parameter_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(weight transposed, bias) per layer. In-place updates show through these views; they are made
-        again when a tensor's storage changes (`ParameterHandover.adopt` swaps `.data`)."""
+        again when a tensor's storage changes (`ParameterHandover.adopt` swaps `.data`). The convolution's
+        weight is rearranged for `SmallConvolution` on every call (a few hundred values)."""
         key = [tensor.data_ptr() for tensor in self._tensors]
         if key != self._views_key:
             self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
             self._views_key = key
+        if self.convolution is not None:
+            weight, bias = (tensor.detach().numpy() for tensor in self._encoder_tensors)
+            self._kernel = (weight.transpose(0, 2, 3, 1).reshape(len(weight), -1), bias)
         return self._views
 
     def _gradient_storage(self) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -129,7 +213,7 @@ class NumpyDQNPolicy(DQNPolicy):
     def act_arrays(self, observations: np.ndarray, deterministic: bool) -> tuple[np.ndarray, dict[str, float]]:
         if self.device.type != "cpu":
             return super().act_arrays(observations, deterministic)
-        greedy = self._numpy.predict(flat_rows(observations)).argmax(1)
+        greedy = self._numpy.predict(observations).argmax(1)
         if deterministic:
             return greedy, {}
         actions, epsilon = self.exploration.choose(greedy)
@@ -144,11 +228,11 @@ class FastDQNLearner(DQNLearner):
     @staticmethod
     def covers(observation_space: gym.Space, config: DQNConfig) -> bool:
         """Whether DQN's networks for this observation space and config are ones this fast path computes
-        (a flattening encoder and a plain ReLU MLP: not the dueling network), trained with Adam."""
-        if config.dueling or config.activation != "relu" or config.optimizer != "adam":
+        (a flattening or small image encoder and a plain ReLU MLP: not the dueling network)."""
+        if config.dueling or config.activation != "relu":
             return False
         try:
-            return isinstance(make_encoder(observation_space, "DQN", config.network), FlattenEncoder)
+            return supported_encoder(make_encoder(observation_space, "DQN", config.network))
         except ValueError:
             return False
 
@@ -168,8 +252,7 @@ class FastDQNLearner(DQNLearner):
         discounts = batch.discounts.numpy()
         weights = batch.weights.numpy()
         size, rows = len(rewards), np.arange(len(rewards))
-        observations = flat_rows(batch.observations.numpy())
-        next_observations = flat_rows(batch.next_observations.numpy())
+        observations, next_observations = batch.observations.numpy(), batch.next_observations.numpy()
         if c.double_q:  # one online pass over both halves: Q(s, .) for the loss, Q(s', .) for the argmax
             q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
             next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
@@ -185,8 +268,8 @@ class FastDQNLearner(DQNLearner):
 
         q_grad = np.zeros((size, q_both.shape[1]), np.float32)
         q_grad[rows, actions] = weighted / size
-        gradient = self._online.backward(q_grad, [inputs[:size] for inputs in layer_inputs])
-        # clip_grad_norm_'s rescaling, done by Adam's kernel: gradients divided by max(1, norm / max_norm)
+        gradient = self._online.backward(q_grad, layer_inputs)
+        # clip_grad_norm_'s rescaling, done by the optimiser's step: gradients divided by max(1, norm / max_norm)
         norm = float(np.sqrt(np.dot(gradient, gradient)))
         self._grad_scale.fill_(max(1.0, (norm + 1e-6) / c.max_grad_norm))
         for parameter, grad in zip(self.parameters, self._online.grads):

@@ -104,11 +104,12 @@ class LeanAdam:
 
 def _centred_rmsprop_loop(values: np.ndarray, grads: np.ndarray, square_avgs: np.ndarray, grad_avgs: np.ndarray,
                           alpha: np.float32, one_minus_alpha: np.float32, minus_lr: np.float32,
-                          eps: np.float32) -> None:
-    """One parameter's step over its elements (flat arrays), in torch's order of operations (torch's kernels
-    fuse some multiply-adds and round square roots their own way, so the two agree to about 1e-7)."""
+                          eps: np.float32, grad_factor: np.float32) -> None:
+    """One parameter's step over its elements (flat arrays), its gradient multiplied by `grad_factor` first,
+    in torch's order of operations (torch's kernels fuse some multiply-adds and round square roots their own
+    way, so the two agree to about 1e-7)."""
     for i in range(values.shape[0]):
-        g = grads[i]
+        g = grads[i] * grad_factor
         v = square_avgs[i] * alpha + one_minus_alpha * g * g
         m = grad_avgs[i] + one_minus_alpha * (g - grad_avgs[i])
         square_avgs[i] = v
@@ -171,17 +172,22 @@ class LeanRMSProp:
             p.grad = None
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One step from the parameters' `.grad`, in torch.optim.RMSprop's order of operations."""
+    def step(self, grad_scale: torch.Tensor | None = None) -> None:
+        """One step from the parameters' `.grad`, in torch.optim.RMSprop's order of operations.
+
+        `grad_scale` (a one-element tensor) divides every gradient first, as `LeanAdam.step`'s does (the
+        gradients may be left divided)."""
         grads = [p.grad for p in self.params]
         if self._loop is not None and all(g.stride() == p.stride() for g, p in zip(grads, self.params)):
             # the scalars as torch's float32 kernels see them
             constants = (np.float32(self.alpha), np.float32(1 - self.alpha), np.float32(-self.lr),
-                         np.float32(self.eps))
+                         np.float32(self.eps), np.float32(1.0 if grad_scale is None else 1.0 / grad_scale.item()))
             for (values, square, mean), g in zip(self._element_views(), grads):
                 self._loop(values, _elements(g), square, mean, *constants)
             self.steps += 1
             return
+        if grad_scale is not None:
+            torch._foreach_div_(grads, grad_scale)
         torch._foreach_mul_(self.square_avgs, self.alpha)
         torch._foreach_addcmul_(self.square_avgs, grads, grads, value=1 - self.alpha)
         torch._foreach_lerp_(self.grad_avgs, grads, 1 - self.alpha)
