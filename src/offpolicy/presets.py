@@ -253,13 +253,13 @@ PRESET_DESCRIPTIONS = {
     "qrdqn-cartpole": "QR-DQN on CartPole-v1: dqn-cartpole's schedule, 10 quantiles",
     "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings for 500k steps; box2d extra; at 100k "
                        "steps: 84 +/- 123 over 3 seeds; not yet verified at 500k)",
-    "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings; mujoco extra; final evaluation 5,046 +/- 886 at "
-                       "100k steps over 3 seeds, CleanRL about 5,500)",
+    "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings: random actions, then learning from 10k steps; "
+                       "mujoco extra; final evaluation 5,137 +/- 321 at 100k steps over 3 seeds, CleanRL about 5,500)",
     "sac-hopper": "SAC on Hopper-v5 (CleanRL settings: critic lr 1e-3, random actions until learning from 5k steps; "
                   "mujoco extra; final evaluation 1,372 +/- 540 at 100k steps over 3 seeds, CleanRL about 1,450; "
                   "RL-Zoo's settings reached 531 +/- 179)",
-    "sac-walker2d": "SAC on Walker2d-v5 (RL-Zoo settings; mujoco extra; final evaluation 588 +/- 381 at 100k steps "
-                    "over 3 seeds, CleanRL about 550)",
+    "sac-walker2d": "SAC on Walker2d-v5 (RL-Zoo settings: random actions, then learning from 10k steps; mujoco "
+                    "extra; final evaluation 619 +/- 163 at 100k steps over 3 seeds, CleanRL about 550)",
     "td3-halfcheetah": "TD3 on HalfCheetah-v5 (CleanRL settings, lr 3e-4, random actions and then learning from "
                        "RL-Zoo's 10k steps; mujoco extra; final evaluation 4,034 +/- 891 at 100k steps over 3 seeds, "
                        "CleanRL about 4,000)",
