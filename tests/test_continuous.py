@@ -286,16 +286,24 @@ def test_lean_rmsprop_before_its_first_step_saves_what_torch_saves():
     assert LeanRMSProp(layer.parameters(), 1e-2).state_dict() == torch_rmsprop(layer.parameters()).state_dict()
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_lean_rmsprop_grad_scale_divides_the_gradients_first(compiled):
-    """How the DQN fast path clips the gradient norm with RMSProp: inside the compiled step, or before the
-    multi-tensor calls."""
-    from offpolicy.agents.optim import LeanRMSProp
+@pytest.mark.parametrize("optimizer", ["adam-fused", "adam-fallback", "rmsprop-compiled", "rmsprop-multi-tensor"])
+def test_grad_scale_divides_the_gradients_first(optimizer):
+    """How the DQN fast path clips the gradient norm: inside Adam's kernel or RMSProp's compiled loop, or
+    before the fallback's or the multi-tensor calls' step."""
+    from offpolicy.agents.optim import LeanAdam, LeanRMSProp
+
+    def make(parameters):
+        if optimizer.startswith("rmsprop"):
+            return LeanRMSProp(parameters, 1e-2, compiled=optimizer == "rmsprop-compiled")
+        lean = LeanAdam(parameters, 1e-2)
+        if optimizer == "adam-fallback":
+            lean._fallback = torch.optim.Adam(lean.params, lr=1e-2)
+        return lean
 
     torch.manual_seed(0)
     scaled, divided = (torch.nn.Linear(3, 4) for _ in range(2))
     divided.load_state_dict(scaled.state_dict())
-    optimizers = [LeanRMSProp(model.parameters(), 1e-2, compiled=compiled) for model in (scaled, divided)]
+    optimizers = [make(model.parameters()) for model in (scaled, divided)]
     for _ in range(5):
         inputs = torch.randn(8, 3)
         for model in (scaled, divided):
@@ -305,36 +313,9 @@ def test_lean_rmsprop_grad_scale_divides_the_gradients_first(compiled):
             p.grad /= 4.0
         optimizers[0].step(torch.tensor(4.0))
         optimizers[1].step()
-    for a, b in zip(scaled.parameters(), divided.parameters()):
-        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
-    for a, b in zip(optimizers[0].grad_avgs, optimizers[1].grad_avgs):
-        assert torch.allclose(a, b, rtol=1e-6, atol=1e-8)  # the averages saw the divided gradients
-
-
-@pytest.mark.parametrize("fused", [True, False])
-def test_lean_adam_grad_scale_divides_the_gradients_first(fused):
-    """How the DQN fast path clips the gradient norm: inside the kernel, or before the fallback's step."""
-    from offpolicy.agents.optim import LeanAdam
-
-    torch.manual_seed(0)
-    scaled, divided = (torch.nn.Linear(3, 4) for _ in range(2))
-    divided.load_state_dict(scaled.state_dict())
-    optimizers = [LeanAdam(model.parameters(), 1e-2) for model in (scaled, divided)]
-    if not fused:
-        for optimizer in optimizers:
-            optimizer._fallback = torch.optim.Adam(optimizer.params, lr=1e-2)
-    for _ in range(5):
-        inputs = torch.randn(8, 3)
-        for model in (scaled, divided):
-            model.zero_grad(set_to_none=True)
-            model(inputs).pow(2).sum().backward()
-        for p in divided.parameters():
-            p.grad /= 4.0
-        optimizers[0].step(torch.tensor(4.0))
-        optimizers[1].step()
-    # Adam's step barely depends on the gradients' scale; its first moment does, and so do the gradients
+    # the steps barely depend on the gradients' scale; the first moments do
+    moment = "grad_avg" if optimizer.startswith("rmsprop") else "exp_avg"
     states = [optimizer.state_dict()["state"] for optimizer in optimizers]
     for index, (a, b) in enumerate(zip(scaled.parameters(), divided.parameters())):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
-        assert torch.allclose(a.grad, b.grad)
-        assert torch.allclose(states[0][index]["exp_avg"], states[1][index]["exp_avg"], rtol=1e-6, atol=1e-8)
+        assert torch.allclose(states[0][index][moment], states[1][index][moment], rtol=1e-6, atol=1e-8)

@@ -133,26 +133,31 @@ def test_saved_and_restored_learner_trains_identically(tmp_path, learner_class):
         assert torch.equal(pa, pb)
 
 
+def assert_same_training(fast, plain, buffer, batch_size, loss_rtol=1e-5):
+    """30 updates of both learners on the same batches (every other one with importance weights): the same
+    losses, Q-values and TD errors throughout, and the same parameters at the end."""
+    for learner in (fast, plain):
+        disturb(learner.target_network)
+    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, batch_size).astype(np.float32))
+    for index in range(30):
+        batch = buffer.sample(batch_size)
+        if index % 2:
+            batch.weights = weights
+        out_fast, out_plain = fast.train(batch), plain.train(batch)
+        for name in ("loss", "q_values"):
+            assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=loss_rtol, atol=1e-6)
+        assert torch.allclose(out_fast.td_errors, out_plain.td_errors, rtol=1e-4, atol=1e-5)
+    for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
+                    list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("layers, hidden, double_q", [(2, 8, True), (3, 64, True), (4, 32, True), (3, 64, False)])
 def test_fast_path_matches_autograd(layers, hidden, double_q):
     config = DQNConfig(hidden=hidden, layers=layers, lr=1e-3, max_grad_norm=0.5, double_q=double_q)
     fast = FastDQNLearner(OBS, ACTIONS, config, seed=5)
     plain = DQNLearner(OBS, ACTIONS, config, seed=5)
-    for learner in (fast, plain):
-        disturb(learner.target_network)
-    buffer = filled_buffer(7)
-    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, 64).astype(np.float32))
-    for index in range(30):
-        batch = buffer.sample(64)
-        if index % 2:
-            batch.weights = weights
-        out_fast, out_plain = fast.train(batch), plain.train(batch)
-        for name in ("loss", "q_values"):
-            assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=1e-5, atol=1e-6)
-        assert torch.allclose(out_fast.td_errors, out_plain.td_errors, rtol=1e-4, atol=1e-5)
-    for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
-                    list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_training(fast, plain, filled_buffer(7), 64)
 
 
 MINATAR_LIKE = gym.spaces.Box(0, 1, (10, 10, 4), np.bool_)
@@ -188,21 +193,8 @@ def test_fast_path_matches_autograd_on_small_images(space, optimizer, double_q, 
     plain = DQNLearner(space, ACTIONS, config, seed=5)
     for a, b in zip(fast.q_network.parameters(), plain.q_network.parameters()):
         assert torch.equal(a, b)
-    for learner in (fast, plain):
-        disturb(learner.target_network)
     buffer = image_buffer(space, 7)
-    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, 32).astype(np.float32))
-    for index in range(30):
-        batch = buffer.sample(32)
-        if index % 2:
-            batch.weights = weights
-        out_fast, out_plain = fast.train(batch), plain.train(batch)
-        for name in ("loss", "q_values"):
-            assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=1e-4, atol=1e-6)
-        assert torch.allclose(out_fast.td_errors, out_plain.td_errors, rtol=1e-4, atol=1e-5)
-    for a, b in zip(list(fast.q_network.parameters()) + list(fast.target_network.parameters()),
-                    list(plain.q_network.parameters()) + list(plain.target_network.parameters())):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_training(fast, plain, buffer, 32, loss_rtol=1e-4)
     observations = buffer.sample(64).observations
     with torch.no_grad():
         expected = plain.policy().q_values(observations).argmax(1).numpy()
