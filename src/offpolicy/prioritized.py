@@ -70,7 +70,7 @@ class PrioritizedReplayBuffer(TransitionBuffer):
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """p_i = (|delta_i| + epsilon) ** alpha for each sampled transition."""
         highest = self.tree.update_from_errors(
-            indices.numpy(force=True), td_errors.detach().numpy(force=True), self.epsilon, self.alpha)
+            indices.numpy(force=True), td_errors.numpy(force=True), self.epsilon, self.alpha)
         self.max_priority = max(self.max_priority, highest)
 
     def state_dict(self) -> dict[str, Any]:

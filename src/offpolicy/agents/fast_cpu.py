@@ -87,10 +87,11 @@ class SmallConvolution:
             columns *= self.scale
         return columns.reshape(-1, 9 * channels)
 
-    def forward(self, images: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, images: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The features after the ReLU, flattened in (filter, row, column) order as torch flattens them, and
-        the columns (for `backward`). `kernel` is the weight as (filters, 9 * channels) in `columns`' order."""
+        the columns (for `backward`). `weight` is laid out as torch's: (filters, channels, 3, 3)."""
         columns = self.columns(images)
+        kernel = weight.transpose(0, 2, 3, 1).reshape(len(weight), -1)  # in `columns`' order: a small copy
         maps = columns @ kernel.T  # (images * windows, filters)
         maps += bias
         count = len(images)
@@ -126,7 +127,7 @@ class FastMLP:
         self._tensors = self._encoder_tensors + [tensor for layer in self.layers for tensor in layer]
         self._views_key: list[int] = []
         self._views: list[tuple[np.ndarray, np.ndarray]] = []
-        self._kernel: tuple[np.ndarray, np.ndarray] | None = None
+        self._encoder_views: list[np.ndarray] = []
         self._gradient: np.ndarray | None = None
         self._gradient_views: list[np.ndarray] = []
         self.grads: list[torch.Tensor] = []
@@ -144,7 +145,7 @@ class FastMLP:
         if self.convolution is None:
             inputs, columns = flat_rows(observations), None
         else:
-            weight, bias = self._kernel
+            weight, bias = self._encoder_views
             inputs, columns = self.convolution.forward(observations, weight, bias)
         layer_inputs = [inputs]
         hidden = inputs
@@ -181,16 +182,14 @@ class FastMLP:
         return gradient
 
     def _parameter_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(weight transposed, bias) per layer. In-place updates show through these views; they are made
-        again when a tensor's storage changes (`ParameterHandover.adopt` swaps `.data`). The convolution's
-        weight is rearranged for `SmallConvolution` on every call (a few hundred values)."""
+        """(weight transposed, bias) per layer, and the encoder's parameters in `_encoder_views`. In-place
+        updates show through these views; they are made again when a tensor's storage changes
+        (`ParameterHandover.adopt` swaps `.data`)."""
         key = [tensor.data_ptr() for tensor in self._tensors]
         if key != self._views_key:
             self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
+            self._encoder_views = [tensor.detach().numpy() for tensor in self._encoder_tensors]
             self._views_key = key
-        if self.convolution is not None:
-            weight, bias = (tensor.detach().numpy() for tensor in self._encoder_tensors)
-            self._kernel = (weight.transpose(0, 2, 3, 1).reshape(len(weight), -1), bias)
         return self._views
 
     def _gradient_storage(self) -> tuple[np.ndarray, list[np.ndarray]]:
