@@ -73,6 +73,8 @@ JOBS = [
     Job("td3-halfcheetah-100k", "td3-halfcheetah", 100_000, Reference(4_000, CLEANRL_PLOTS)),
     Job("td3-hopper-100k", "td3-hopper", 100_000, Reference(280, CLEANRL_PLOTS)),
     Job("td3-walker2d-100k", "td3-walker2d", 100_000, Reference(300, CLEANRL_PLOTS)),
+    Job("sac-lunarlandercontinuous-500k", "sac-lunarlander", 500_000,
+        Reference(260.4, "RL-Zoo's tuned SAC, one run, ± 65")),
 ]
 """Cheapest first, so that a short sitting finishes whole jobs."""
 
