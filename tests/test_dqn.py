@@ -201,6 +201,23 @@ def test_fast_path_matches_autograd_on_small_images(space, optimizer, double_q, 
     assert np.array_equal(fast.policy().act_arrays(observations.numpy(), deterministic=True)[0], expected)
 
 
+@pytest.mark.parametrize("space, network", [(OBS, dict(hidden=32, layers=3)), (OBS, dict(hidden=16, layers=2)),
+                                            (MINATAR_LIKE, dict(net_arch=(32,), optimizer="rmsprop"))],
+                         ids=["flat-3-layers", "flat-2-layers", "minatar-like"])
+def test_fast_path_matches_autograd_with_dueling_heads(space, network):
+    """A dueling network's heads computed as one linear layer, their gradients split back: the same losses,
+    TD errors, parameters and greedy actions as autograd's forward of V + A - mean(A)."""
+    config = DQNConfig(lr=1e-3, dueling=True, max_grad_norm=0.5, **network)
+    fast = FastDQNLearner(space, ACTIONS, config, seed=5)
+    plain = DQNLearner(space, ACTIONS, config, seed=5)
+    buffer = filled_buffer(7) if space is OBS else image_buffer(space, 7)
+    assert_same_training(fast, plain, buffer, 32, loss_rtol=1e-4)
+    observations = buffer.sample(64).observations
+    with torch.no_grad():
+        expected = plain.policy().q_values(observations).argmax(1).numpy()
+    assert np.array_equal(fast.policy().act_arrays(observations.numpy(), deterministic=True)[0], expected)
+
+
 def test_acting_through_numpy_follows_training_and_parameter_handover():
     """The NumPy forward used for acting sees in-place training updates and parameters swapped in by
     `update()` (new storage), and picks the same greedy actions as torch's forward."""
@@ -250,10 +267,11 @@ def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
 
     from torch import nn
 
-    from offpolicy.agents.networks import EncodedMLP, FlattenEncoder
+    from offpolicy.agents.networks import DuelingQNetwork, EncodedMLP, FlattenEncoder
 
     encoder = FlattenEncoder(OBS)
-    assert supports(EncodedMLP(encoder, 3, [8, 8]))
+    assert supports(EncodedMLP(encoder, 3, [8, 8])) and supports(DuelingQNetwork(encoder, 3, [8, 8]))
+    assert not supports(DuelingQNetwork(encoder, 3, [8, 8], atoms=5))  # QR-DQN's quantiles: autograd
     tanh = EncodedMLP(encoder, 3, [8])
     tanh[1] = nn.Tanh()
     assert not supports(tanh) and not supports(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
@@ -263,8 +281,9 @@ def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
     assert isinstance(make_learner("dqn", MINATAR_LIKE, ACTIONS, minatar, "cpu", 0), FastDQNLearner)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # the Nature CNN: autograd
     assert not isinstance(make_learner("dqn", atari, ACTIONS, {"net_arch": (16,)}, "cpu", 0), FastDQNLearner)
-    assert not isinstance(make_learner("dqn", MINATAR_LIKE, ACTIONS, dict(minatar, dueling=True), "cpu", 0),
-                          FastDQNLearner)
+    assert isinstance(make_learner("dqn", MINATAR_LIKE, ACTIONS, dict(minatar, dueling=True), "cpu", 0),
+                      FastDQNLearner)
+    assert not isinstance(make_learner("dqn", OBS, ACTIONS, {"activation": "tanh"}, "cpu", 0), FastDQNLearner)
 
 
 @pytest.mark.parametrize("learner_class", LEARNERS)

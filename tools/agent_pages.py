@@ -22,9 +22,8 @@ INTRODUCTIONS = {
         "Deep Q-learning (Mnih et al., 2015) for discrete actions, with double-DQN targets (van Hasselt et al., "
         "2016) and the Huber loss. Epsilon-greedy exploration falls with the steps acted; `--dueling` splits the "
         "network into value and advantage heads. On the CPU, small networks over flat observations or MinAtar's "
-        "grids are updated by a NumPy path that computes the same thing as PyTorch's (`agents/fast_cpu.py`). "
-        "Use it for discrete actions: "
-        "CartPole, LunarLander, Atari and MinAtar from pixels.",
+        "grids, dueling or not, are updated by a NumPy path that computes the same thing as PyTorch's "
+        "(`agents/fast_cpu.py`). Use it for discrete actions: CartPole, LunarLander, Atari and MinAtar from pixels.",
         "offpolicy train dqn CartPole-v1\noffpolicy train dqn ALE/Breakout-v5 --device cuda",
     ),
     "qrdqn": (

@@ -9,7 +9,9 @@ small image encoder (MinAtar's one 3x3 convolution), this module runs the forwar
 pass and a hand-derived backward pass with NumPy, on views of the network's own
 parameters (the optimiser, torch's, and the forward here see the same memory):
 about 2-3 times as fast as autograd for a 64-wide network. The convolution is
-one matrix product over every 3x3 window of the images laid out as rows.
+one matrix product over every 3x3 window of the images laid out as rows. A
+dueling network is covered too: its value and advantage heads together are one
+linear layer (`DuelingOutput`).
 
 `make_learner` picks `FastDQNLearner` wherever it applies (`covers`); it trains
 with autograd on other devices. Tests check that both paths give the same
@@ -25,7 +27,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
 from offpolicy.agents.dqn import DQNConfig, DQNLearner, DQNPolicy
-from offpolicy.agents.networks import EncodedMLP, Encoder, FlattenEncoder, ImageEncoder, make_encoder
+from offpolicy.agents.networks import DuelingQNetwork, EncodedMLP, Encoder, FlattenEncoder, ImageEncoder, make_encoder
 from offpolicy.buffer import TransitionBatch
 from offpolicy.policy import TrainOutput
 
@@ -42,12 +44,18 @@ def supported_encoder(encoder: Encoder) -> bool:
 
 
 def supports(network: nn.Module) -> bool:
-    """True for a supported encoder (`supported_encoder`) followed by Linear, ReLU, Linear, ..., Linear."""
-    if not isinstance(network, EncodedMLP) or not supported_encoder(network.encoder):
+    """True for a supported encoder (`supported_encoder`) followed by Linear, ReLU, Linear, ..., Linear, or
+    by a dueling network's trunk of Linear, ReLU pairs and its two heads of one value per action."""
+    if isinstance(network, DuelingQNetwork) and network.atoms == 1:
+        layers = [*network.trunk[0], *network.trunk[1:]]
+        expected = len(layers) % 2 == 0
+    elif isinstance(network, EncodedMLP):
+        layers = network.head
+        expected = len(layers) % 2 == 1
+    else:
         return False
-    head = network.head
-    return len(head) % 2 == 1 and all(
-        isinstance(layer, nn.Linear if index % 2 == 0 else nn.ReLU) for index, layer in enumerate(head)
+    return supported_encoder(network.encoder) and expected and all(
+        isinstance(layer, nn.Linear if index % 2 == 0 else nn.ReLU) for index, layer in enumerate(layers)
     )
 
 
@@ -111,20 +119,55 @@ class SmallConvolution:
         np.add.reduce(maps_grad, axis=0, out=bias_grad)
 
 
-class FastMLP:
-    """NumPy views of a CPU network's parameters (a supported encoder, then a Linear/ReLU MLP), with a
-    forward and a hand-derived backward (no autograd)."""
+class DuelingOutput:
+    """A dueling network's value and advantage heads as the one linear layer they are together:
+    Q = V + A - mean_a A = h W^T + b, with W = W_v + W_a - mean_a W_a (each row of W_a less their mean, plus
+    the value's row) and b = b_v + b_a - mean_a b_a. So the network is an MLP whose last layer is computed
+    from the heads' parameters, and that layer's gradient goes back to them: to W_v its sum over actions, to
+    W_a its deviation from the mean over actions (likewise for the biases)."""
 
-    def __init__(self, network: EncodedMLP) -> None:
+    @staticmethod
+    def combine(value_weight: np.ndarray, value_bias: np.ndarray, advantage_weight: np.ndarray,
+                advantage_bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(W transposed, b) of the output layer, from the heads' parameters (torch's layout)."""
+        weight = advantage_weight - advantage_weight.mean(0)
+        weight += value_weight
+        bias = advantage_bias - advantage_bias.mean()
+        bias += value_bias
+        return weight.T, bias
+
+    @staticmethod
+    def split_gradient(weight_grad: np.ndarray, bias_grad: np.ndarray, head_grads: list[np.ndarray]) -> None:
+        """The heads' gradients (into `head_grads`: value weight, value bias, advantage weight, advantage
+        bias) from the output layer's (W's, shape (actions, width), and b's)."""
+        value_weight, value_bias, advantage_weight, advantage_bias = head_grads
+        np.add.reduce(weight_grad, axis=0, keepdims=True, out=value_weight)
+        np.subtract(weight_grad, value_weight / len(weight_grad), out=advantage_weight)
+        value_bias[...] = bias_grad.sum()
+        np.subtract(bias_grad, value_bias / len(bias_grad), out=advantage_bias)
+
+
+class FastMLP:
+    """NumPy views of a CPU network's parameters (a supported encoder, then a Linear/ReLU MLP or a dueling
+    network's trunk and heads), with a forward and a hand-derived backward (no autograd)."""
+
+    def __init__(self, network: EncodedMLP | DuelingQNetwork) -> None:
         if not supports(network):
-            raise ValueError("FastMLP covers a flattening or small image encoder and a Linear/ReLU MLP only")
+            raise ValueError("FastMLP covers a flattening or small image encoder and a Linear/ReLU MLP (or "
+                             "dueling network) only")
         # The Parameter objects themselves (their values change in place or through `.data`), looked up
         # once: nn.Module attribute access costs about a microsecond per call.
-        self.layers = [(layer.weight, layer.bias) for layer in network.head if isinstance(layer, nn.Linear)]
+        self.dueling = isinstance(network, DuelingQNetwork)
+        linear = network.trunk.modules() if self.dueling else network.head
+        self.layers = [(layer.weight, layer.bias) for layer in linear if isinstance(layer, nn.Linear)]
+        self._heads = [network.value.weight, network.value.bias, network.advantage.weight,
+                       network.advantage.bias] if self.dueling else []
         encoder = network.encoder
         self.convolution = SmallConvolution(encoder) if isinstance(encoder, ImageEncoder) else None
         self._encoder_tensors = list(encoder.parameters())  # in `network.parameters()` order
-        self._tensors = self._encoder_tensors + [tensor for layer in self.layers for tensor in layer]
+        self._tensors = self._encoder_tensors + [tensor for layer in self.layers for tensor in layer] + self._heads
+        self._head_views: list[np.ndarray] = []
+        self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         self._views_key: list[int] = []
         self._views: list[tuple[np.ndarray, np.ndarray]] = []
         self._encoder_views: list[np.ndarray] = []
@@ -166,14 +209,17 @@ class FastMLP:
         the first rows of the forward's batch alone. Call it after the `forward` that made `layer_inputs`:
         that call refreshed the parameter views this one reads."""
         gradient, views = self._gradient_storage()
-        layers = self._views
+        layers = self._layers
         rows = len(output_grad)
         first = len(self._encoder_tensors)  # where the linear layers' gradients start in `views`
         grad = output_grad
         for index in range(len(layers) - 1, -1, -1):
             layer_input = layer_inputs[index][:rows]
-            np.matmul(grad.T, layer_input, out=views[first + 2 * index])
-            np.add.reduce(grad, axis=0, out=views[first + 2 * index + 1])
+            if self.dueling and index == len(layers) - 1:
+                DuelingOutput.split_gradient(grad.T @ layer_input, np.add.reduce(grad, axis=0), views[-4:])
+            else:
+                np.matmul(grad.T, layer_input, out=views[first + 2 * index])
+                np.add.reduce(grad, axis=0, out=views[first + 2 * index + 1])
             if index or self.convolution is not None:  # through the ReLU: positive input where positive output
                 grad = grad @ layers[index][0].T
                 grad *= layer_input > 0
@@ -182,15 +228,18 @@ class FastMLP:
         return gradient
 
     def _parameter_views(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(weight transposed, bias) per layer, and the encoder's parameters in `_encoder_views`. In-place
-        updates show through these views; they are made again when a tensor's storage changes
-        (`ParameterHandover.adopt` swaps `.data`)."""
+        """(weight transposed, bias) per layer, the dueling output layer computed afresh, and the encoder's
+        parameters in `_encoder_views`. In-place updates show through these views; they are made again when a
+        tensor's storage changes (`ParameterHandover.adopt` swaps `.data`). `backward` reads the layers of
+        the last call."""
         key = [tensor.data_ptr() for tensor in self._tensors]
         if key != self._views_key:
             self._views = [(weight.detach().numpy().T, bias.detach().numpy()) for weight, bias in self.layers]
             self._encoder_views = [tensor.detach().numpy() for tensor in self._encoder_tensors]
+            self._head_views = [tensor.detach().numpy() for tensor in self._heads]
             self._views_key = key
-        return self._views
+        self._layers = self._views + [DuelingOutput.combine(*self._head_views)] if self.dueling else self._views
+        return self._layers
 
     def _gradient_storage(self) -> tuple[np.ndarray, list[np.ndarray]]:
         if self._gradient is None:
@@ -227,8 +276,8 @@ class FastDQNLearner(DQNLearner):
     @staticmethod
     def covers(observation_space: gym.Space, config: DQNConfig) -> bool:
         """Whether DQN's networks for this observation space and config are ones this fast path computes
-        (a flattening or small image encoder and a plain ReLU MLP: not the dueling network)."""
-        if config.dueling or config.activation != "relu":
+        (a flattening or small image encoder and ReLU layers, dueling or not)."""
+        if config.activation != "relu":
             return False
         try:
             return supported_encoder(make_encoder(observation_space, "DQN", config.network))
