@@ -7,7 +7,7 @@ never repeated, so the suite can be completed over several sittings. The report
 (written after every sitting, or alone with --report) goes to `docs/benchmarks.md`
 with one curve plot per environment under `docs/images/`.
 
-    python benchmarks/suite.py [--only JOB ...] [--jobs 2] [--report]
+    python benchmarks/suite.py [--only JOB ...] [--seeds 0 1 2] [--jobs 2] [--report]
     # needs: pip install -e .[box2d,mujoco,plot]
 """
 
@@ -135,12 +135,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="JOB", choices=[job.name for job in JOBS],
                         help="run just these jobs (the report covers all)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), choices=SEEDS,
+                        help="run just these seeds (a long job split over sittings)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each")
     parser.add_argument("--report", action="store_true", help="only write the report from stored results")
     args = parser.parse_args()
     if not args.report:
         chosen = [job for job in JOBS if not args.only or job.name in args.only]
-        run_missing([(job.path(seed), job.values(seed), {"job": job.name}) for job in chosen for seed in SEEDS],
+        run_missing([(job.path(seed), job.values(seed), {"job": job.name}) for job in chosen for seed in args.seeds],
                     args.jobs)
     print(report(JOBS))
 
