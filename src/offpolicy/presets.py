@@ -249,7 +249,7 @@ PRESET_DESCRIPTIONS = {
     "dqn-lunarlander": "DQN on LunarLander-v3 (RL-Zoo settings; box2d extra; final evaluation 175 +/- 125 at 100k "
                        "steps over 3 seeds, RL-Zoo 154 +/- 79; docs/benchmarks.md)",
     "dqn-lunarlander-combined": "dqn-lunarlander with dueling heads, 3-step returns and prioritized replay (box2d "
-                                "extra; final evaluation 235 +/- 33 at 100k steps over 3 seeds, docs/benchmarks.md)",
+                                "extra; final evaluation 222 +/- 37 at 100k steps over 3 seeds, docs/benchmarks.md)",
     "qrdqn-cartpole": "QR-DQN on CartPole-v1: dqn-cartpole's schedule, 10 quantiles",
     "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings for 500k steps; box2d extra; at 100k "
                        "steps: 84 +/- 123 over 3 seeds; not yet verified at 500k)",
