@@ -72,7 +72,9 @@ def report(preset_name: str, seeds: list[int], command: str) -> None:
     ])
     doc = ROOT / "docs" / "ablation.md"
     header = ("# DQN-family ablation\n\nWhat dueling heads, 3-step returns and prioritized replay each add to DQN, "
-              "and how QR-DQN compares.\n\n")
+              "and how QR-DQN compares. Three seeds are few for these tasks: runs of one variant can end hundreds "
+              "apart (the same update computed with float rounding in another order can take a run from 190 to -80), "
+              "so read the table for large differences only.\n\n")
     sections = doc.read_text().split("\n## ")[1:] if doc.exists() else []
     kept = ["## " + section.rstrip() + "\n" for section in sections if not section.startswith(f"{preset_name},")]
     doc.write_text(header + "\n".join(kept + [text]))
