@@ -262,7 +262,7 @@ def test_acting_on_arrays_draws_what_act_draws():
         assert through_arrays.predict(obs[0]) == int(expected.actions[0])
 
 
-def test_fast_path_covers_only_flat_relu_mlps_and_is_chosen_where_it_applies():
+def test_fast_path_covers_relu_networks_dueling_or_not_and_is_chosen_where_it_applies():
     from collections import OrderedDict
 
     from torch import nn
