@@ -95,10 +95,13 @@ class SmallConvolution:
             columns *= self.scale
         return columns.reshape(-1, 9 * channels)
 
-    def forward(self, images: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, images: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The features after the ReLU, flattened in (filter, row, column) order as torch flattens them, and
-        the columns (for `backward`). `weight` is laid out as torch's: (filters, channels, 3, 3)."""
-        columns = self.columns(images)
+        the columns (for `backward`; given, the images' `columns` already made). `weight` is laid out as
+        torch's: (filters, channels, 3, 3)."""
+        if columns is None:
+            columns = self.columns(images)
         kernel = weight.transpose(0, 2, 3, 1).reshape(len(weight), -1)  # in `columns`' order: a small copy
         maps = columns @ kernel.T  # (images * windows, filters)
         maps += bias
@@ -177,19 +180,21 @@ class FastMLP:
         """Torch views of `backward`'s result, one per parameter in `network.parameters()` order: what the
         optimiser reads as `.grad`."""
 
-    def predict(self, observations: np.ndarray) -> np.ndarray:
+    def predict(self, observations: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
         """The output alone (for acting: about half of torch's time for a few rows through a small MLP)."""
-        return self.forward(observations)[0]
+        return self.forward(observations, columns)[0]
 
-    def forward(self, observations: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    def forward(self, observations: np.ndarray,
+                columns: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The output, and the input of every linear layer (what `backward` needs; after them, for a
-        convolution, its columns)."""
+        convolution, its columns). A convolution's `columns` of these observations, when another network's
+        forward made them (`SmallConvolution.columns`), are not made again."""
         layers = self._parameter_views()
         if self.convolution is None:
             inputs, columns = flat_rows(observations), None
         else:
             weight, bias = self._encoder_views
-            inputs, columns = self.convolution.forward(observations, weight, bias)
+            inputs, columns = self.convolution.forward(observations, weight, bias, columns)
         layer_inputs = [inputs]
         hidden = inputs
         last = len(layers) - 1
@@ -303,7 +308,9 @@ class FastDQNLearner(DQNLearner):
         observations, next_observations = batch.observations.numpy(), batch.next_observations.numpy()
         if c.double_q:  # one online pass over both halves: Q(s, .) for the loss, Q(s', .) for the argmax
             q_both, layer_inputs = self._online.forward(np.concatenate((observations, next_observations)))
-            next_q = self._target.predict(next_observations)[rows, q_both[size:].argmax(1)]
+            # the online pass laid out the windows of s' for its convolution: the target's takes them
+            next_columns = layer_inputs[-1][len(layer_inputs[-1]) // 2:] if self._online.convolution else None
+            next_q = self._target.predict(next_observations, next_columns)[rows, q_both[size:].argmax(1)]
         else:
             q_both, layer_inputs = self._online.forward(observations)
             next_q = self._target.predict(next_observations).max(1)
