@@ -129,8 +129,13 @@ def test_dueling_network_combines_value_and_advantage(atoms):
     assert torch.allclose(q.mean(1, keepdim=True), value, atol=1e-6)  # the mean advantage is zero
 
 
-def test_dueling_dqn_trains_with_autograd_and_learns_a_fixed_target():
-    learner = make_learner("dqn", OBS, ACTIONS, {"hidden": 32, "dueling": True, "lr": 3e-3}, "cpu", 0)
-    assert type(learner) is DQNLearner  # the NumPy fast path covers plain MLPs only
+@pytest.mark.parametrize("autograd", [False, True], ids=["numpy-update", "autograd"])
+def test_dueling_dqn_learns_a_fixed_target(autograd):
+    """Dueling heads learn the action values of terminal rewards -1 / 0 / +1, on the CPU's NumPy update
+    (which `make_learner` picks for them) and through autograd."""
+    config = {"hidden": 32, "dueling": True, "lr": 3e-3}
+    learner = DQNLearner(OBS, ACTIONS, DQNConfig(**config), seed=0) if autograd else make_learner(
+        "dqn", OBS, ACTIONS, config, "cpu", 0)
+    assert (type(learner) is DQNLearner) == autograd
     assert learned_action_values(learner, seed=2) == pytest.approx([-1.0, 0.0, 1.0], abs=0.15)
     assert DQNConfig().dueling is False
