@@ -251,8 +251,9 @@ PRESET_DESCRIPTIONS = {
     "dqn-lunarlander-combined": "dqn-lunarlander with dueling heads, 3-step returns and prioritized replay (box2d "
                                 "extra; final evaluation 222 +/- 37 at 100k steps over 3 seeds, docs/benchmarks.md)",
     "qrdqn-cartpole": "QR-DQN on CartPole-v1: dqn-cartpole's schedule, 10 quantiles",
-    "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings for 500k steps; box2d extra; at 100k "
-                       "steps: 84 +/- 123 over 3 seeds; not yet verified at 500k)",
+    "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings for 500k steps; box2d extra; final "
+                       "evaluation 287 and 274 at 500k steps on seeds 0 and 1, the third still to run; RL-Zoo "
+                       "260 +/- 65; docs/benchmarks.md)",
     "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings: random actions, then learning from 10k steps; "
                        "mujoco extra; final evaluation 5,137 +/- 321 at 100k steps over 3 seeds, CleanRL about 5,500)",
     "sac-hopper": "SAC on Hopper-v5 (CleanRL settings: critic lr 1e-3, random actions until learning from 5k steps; "
