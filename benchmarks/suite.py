@@ -60,6 +60,10 @@ class Job:
 
 
 JOBS = [
+    Job("dqn-cartpole-40k", "dqn-cartpole", 40_000, Reference(500, "RL-Zoo's tuned DQN at 50k, one run")),
+    Job("qrdqn-cartpole-40k", "qrdqn-cartpole", 40_000, Reference(500, "RL-Zoo's tuned QR-DQN at 50k, one run")),
+    Job("td3-pendulum-20k", "td3-pendulum", 20_000, Reference(-151.9, "RL-Zoo's tuned TD3, one run, ± 90")),
+    Job("sac-pendulum-20k", "sac-pendulum", 20_000, Reference(-157.0, "RL-Zoo's tuned SAC, one run, ± 89")),
     Job("dqn-lunarlander-100k", "dqn-lunarlander", 100_000,
         Reference(154, "RL-Zoo's tuned DQN, ± 79")),
     Job("dqn-lunarlander-combined-100k", "dqn-lunarlander-combined", 100_000,
@@ -94,7 +98,10 @@ def report(jobs: list[Job]) -> str:
         ratio = "-"
         if job.reference and finals and job.reference.value > 0:
             ratio = f"{statistics.mean(finals) / job.reference.value:.2f}"
-        minutes = f"{statistics.median(run['seconds'] for run in done) / 60:.0f}" if done else "-"
+        minutes = "-"
+        if done:
+            median = statistics.median(run["seconds"] for run in done) / 60
+            minutes = f"{median:.1f}" if median < 10 else f"{median:.0f}"
         lines.append(f"| {job.name} | {job.agent} | {job.env} | {job.steps:,} | {len(done)} of {len(SEEDS)} "
                      f"| {spread(finals)} | {spread([last_quarter_mean(run['curve']) for run in done])} "
                      f"| {reference} | {ratio} | {minutes} |")
