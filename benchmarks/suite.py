@@ -70,7 +70,7 @@ JOBS = [
         Reference(154, "RL-Zoo's tuned DQN, ± 79")),
     Job("sac-lunarlandercontinuous-100k", "sac-lunarlander", 100_000),
     Job("dqn-acrobot-500k", "dqn-acrobot", 500_000, Reference(-91.5, "CleanRL's DQN")),
-    Job("dqn-mountaincar-500k", "dqn-mountaincar", 500_000, Reference(-195, "CleanRL's DQN")),
+    Job("dqn-mountaincar-120k", "dqn-mountaincar", 120_000, Reference(-100.8, "RL-Zoo's tuned DQN, one run, ± 10")),
     Job("sac-halfcheetah-100k", "sac-halfcheetah", 100_000, Reference(5_500, CLEANRL_PLOTS)),
     Job("sac-hopper-100k", "sac-hopper", 100_000, Reference(1_450, CLEANRL_PLOTS)),
     Job("sac-walker2d-100k", "sac-walker2d", 100_000, Reference(550, CLEANRL_PLOTS)),
