@@ -84,10 +84,16 @@ JOBS = [
 """Cheapest first, so that a short sitting finishes whole jobs."""
 
 
+def against(final: float, reference: float) -> float:
+    """How a mean final return compares with the reference, above 1 where it is better: final / reference for
+    positive returns, reference / final where both are negative (costs, as on Pendulum or Acrobot)."""
+    return reference / final if final < 0 and reference < 0 else final / reference
+
+
 def report(jobs: list[Job]) -> str:
     lines = [
         "| job | agent | env | steps | seeds | final evaluation | last quarter's evaluations | reference | "
-        "final / reference | minutes per run |",
+        "against the reference | minutes per run |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_env: dict[str, list[Job]] = {}
@@ -97,8 +103,8 @@ def report(jobs: list[Job]) -> str:
         finals = [run["final_return"] for run in done]
         reference = f"{job.reference.value:,} ({job.reference.source})" if job.reference else "-"
         ratio = "-"
-        if job.reference and finals and job.reference.value > 0:
-            ratio = f"{statistics.mean(finals) / job.reference.value:.2f}"
+        if job.reference and finals:
+            ratio = f"{against(statistics.mean(finals), job.reference.value):.2f}"
         minutes = "-"
         if done:
             median = statistics.median(run["seconds"] for run in done) / 60
@@ -123,8 +129,9 @@ def report(jobs: list[Job]) -> str:
         "Each job is a preset run as an ordinary `offpolicy train` run, seeds 0, 1 and 2, one torch thread,",
         "evaluated with deterministic actions. Mean ± standard deviation over seeds; \"final\" is the last",
         "evaluation of the run, \"last quarter\" the mean of the evaluations in its last quarter. References are",
-        "the peers' published figures at the same budget. A job with fewer than three seeds is still running",
-        "over sittings.",
+        "the peers' published figures at the same budget; \"against the reference\" is final / reference, or",
+        "reference / final where both are negative, so that above 1 is better. A job with fewer than three",
+        "seeds is still running over sittings.",
         "",
         *lines,
         "",
