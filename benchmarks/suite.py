@@ -59,9 +59,12 @@ class Job:
         return merged(self.preset, self.changes)["agent"]
 
 
+RL_ZOO_CARTPOLE_DQN = Reference(500, "RL-Zoo's tuned DQN at 50k, one run")
+"""The reference of both CartPole DQN jobs, from RL-Zoo's benchmark table."""
+
 JOBS = [
-    Job("dqn-cartpole-40k", "dqn-cartpole", 40_000, Reference(500, "RL-Zoo's tuned DQN at 50k, one run")),
-    Job("seed-example-40k", "seed-example", 40_000, Reference(500, "RL-Zoo's tuned DQN at 50k, one run")),
+    Job("dqn-cartpole-40k", "dqn-cartpole", 40_000, RL_ZOO_CARTPOLE_DQN),
+    Job("seed-example-40k", "seed-example", 40_000, RL_ZOO_CARTPOLE_DQN),
     Job("qrdqn-cartpole-40k", "qrdqn-cartpole", 40_000, Reference(500, "RL-Zoo's tuned QR-DQN at 50k, one run")),
     Job("td3-pendulum-20k", "td3-pendulum", 20_000, Reference(-151.9, "RL-Zoo's tuned TD3, one run, ± 90")),
     Job("sac-pendulum-20k", "sac-pendulum", 20_000, Reference(-157.0, "RL-Zoo's tuned SAC, one run, ± 89")),
