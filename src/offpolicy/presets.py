@@ -229,12 +229,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_steps": 20_000,
         "strategy": dict(_FETCH_HER["strategy"], eval_interval=2_000, eval_episodes=10),
     },
-    "sac-fetchpush": {
-        **_FETCH_HER,
-        "env": "FetchPush-v4",
-        "num_steps": 1_000_000,
-        "strategy": dict(_FETCH_HER["strategy"], eval_interval=10_000, eval_episodes=20),
-    },
     "dqn-atari": {**_ATARI_DQN, "env": "ALE/Breakout-v5"},
     "dqn-minatar": {**_MINATAR_DQN, "env": "MinAtar/Breakout-v1"},
     "dqn-minatar-combined": {
@@ -284,9 +278,6 @@ PRESET_DESCRIPTIONS = {
     "sac-fetchreach": "SAC with hindsight replay on FetchReach-v4 (RL-Zoo settings: gamma 0.95, lr 1e-3, 64x64 "
                       "networks, 4 relabelled goals per goal, normalised observations; robotics extra; every goal "
                       "of 20 fresh episodes reached after 5,000 steps, seeds 0-3)",
-    "sac-fetchpush": "SAC with hindsight replay on FetchPush-v4 (sac-fetchreach's settings; robotics extra; "
-                     "unverified: evaluation success 0.00-0.15 over its first 100k steps, 1 seed, not yet "
-                     "learning; RL-Zoo trains TQC with 512x512x512 networks for about 1M steps)",
     "dqn-acrobot": "DQN on Acrobot-v1 (CleanRL's schedule: 10k buffer, an update every 10 steps; final evaluation "
                    "-80.7 +/- 7.5 at 500k steps over 3 seeds, CleanRL -91.5)",
     "dqn-atari": "DQN on any Atari game (ALE/...-v5, atari extra; CleanRL's dqn_atari.py settings for 10M steps; "
