@@ -134,15 +134,20 @@ def test_saved_and_restored_learner_trains_identically(tmp_path, learner_class):
 
 
 def assert_same_training(fast, plain, buffer, batch_size, loss_rtol=1e-5):
-    """30 updates of both learners on the same batches (every other one with importance weights): the same
-    losses, Q-values and TD errors throughout, and the same parameters at the end."""
+    """30 updates of both learners on the same batches (every other one with importance weights, every third
+    with n-step discounts gamma^m, m from 1 to 3): the same losses, Q-values and TD errors throughout, and the
+    same parameters at the end."""
     for learner in (fast, plain):
         disturb(learner.target_network)
-    weights = torch.from_numpy(np.random.default_rng(0).uniform(0.1, 1.0, batch_size).astype(np.float32))
+    rng = np.random.default_rng(0)
+    weights = torch.from_numpy(rng.uniform(0.1, 1.0, batch_size).astype(np.float32))
+    discounts = torch.from_numpy((0.97 ** rng.integers(1, 4, batch_size)).astype(np.float32))
     for index in range(30):
         batch = buffer.sample(batch_size)
         if index % 2:
             batch.weights = weights
+        if index % 3 == 0:
+            batch.discounts = discounts
         out_fast, out_plain = fast.train(batch), plain.train(batch)
         for name in ("loss", "q_values"):
             assert torch.allclose(out_fast.metrics[name], out_plain.metrics[name], rtol=loss_rtol, atol=1e-6)
