@@ -259,8 +259,7 @@ PRESET_DESCRIPTIONS = {
     "qrdqn-cartpole": "QR-DQN on CartPole-v1: dqn-cartpole's schedule, 10 quantiles (final evaluation 500, 410 "
                       "and 500 at 40k steps on seeds 0-2, best 500 on each; RL-Zoo 500 at 50k; docs/benchmarks.md)",
     "sac-lunarlander": "SAC on LunarLanderContinuous-v3 (RL-Zoo settings for 500k steps; box2d extra; final "
-                       "evaluation 287 and 274 at 500k steps on seeds 0 and 1, the third still to run; RL-Zoo "
-                       "260 +/- 65; docs/benchmarks.md)",
+                       "evaluation 283 +/- 8 at 500k steps over 3 seeds, RL-Zoo 260 +/- 65; docs/benchmarks.md)",
     "sac-halfcheetah": "SAC on HalfCheetah-v5 (RL-Zoo settings: random actions, then learning from 10k steps; "
                        "mujoco extra; final evaluation 5,137 +/- 321 at 100k steps over 3 seeds, CleanRL about 5,500)",
     "sac-hopper": "SAC on Hopper-v5 (CleanRL settings: critic lr 1e-3, random actions until learning from 5k steps; "
