@@ -3,7 +3,7 @@
 Variants, all from one preset at equal steps (our DQN always uses double-DQN targets):
 plain; dueling (`--dueling`); n-step (`--n-step 3`); prioritized (`--prioritized`); all three;
 and QR-DQN (the `qrdqn` agent with the preset's settings, 50 quantiles).
-Each variant runs with seeds 0, 1, 2 as an ordinary training run, two at a time with one torch
+Each variant runs with the seeds given (0, 1, 2 by default) as an ordinary training run, two at a time with one torch
 thread each. A finished run's summary and evaluation curve go to
 `benchmarks/results/ablation/<preset>/<variant>-s<seed>.json`, and a run already there is never
 repeated, so the ablation can be completed over several sittings. Afterwards (or with --report
@@ -72,9 +72,9 @@ def report(preset_name: str, seeds: list[int], command: str) -> None:
     ])
     doc = ROOT / "docs" / "ablation.md"
     header = ("# DQN-family ablation\n\nWhat dueling heads, 3-step returns and prioritized replay each add to DQN, "
-              "and how QR-DQN compares. Three seeds are few for these tasks: runs of one variant can end hundreds "
-              "apart (the same update computed with float rounding in another order can take a run from 190 to -80), "
-              "so read the table for large differences only.\n\n")
+              "and how QR-DQN compares. Runs of one variant can end hundreds apart (the same update computed with "
+              "float rounding in another order can take a run from 190 to -80), so read the table for large "
+              "differences only.\n\n")
     sections = doc.read_text().split("\n## ")[1:] if doc.exists() else []
     kept = ["## " + section.rstrip() + "\n" for section in sections if not section.startswith(f"{preset_name},")]
     doc.write_text(header + "\n".join(kept + [text]))
