@@ -3,8 +3,8 @@
 Variants, all from one preset at equal steps (our DQN always uses double-DQN targets):
 plain; dueling (`--dueling`); n-step (`--n-step 3`); prioritized (`--prioritized`); all three;
 and QR-DQN (the `qrdqn` agent with the preset's settings, 50 quantiles).
-Each variant runs with the seeds given (0, 1, 2 by default) as an ordinary training run, two at a time with one torch
-thread each. A finished run's summary and evaluation curve go to
+Each variant runs with the seeds given (0, 1, 2 by default) as an ordinary training run, two at a
+time with one torch thread each. A finished run's summary and evaluation curve go to
 `benchmarks/results/ablation/<preset>/<variant>-s<seed>.json`, and a run already there is never
 repeated, so the ablation can be completed over several sittings. Afterwards (or with --report
 alone) it writes a table to `docs/ablation.md` and the curves to `docs/images/ablation-<preset>.png`.

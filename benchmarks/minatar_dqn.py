@@ -51,10 +51,11 @@ DUELING_NOTE = [
     "7.5 at 400k and dueling heads alone 17.2 at 550k. Autograd stalled as the NumPy update did (the two",
     "compute the same update, tested with n-step discounts and importance weights). Without dueling heads",
     "Asterix still ends below plain DQN, and a quarter of the learning rate (6.25e-5, as the prioritized",
-    "replay paper advises) did not help it: evaluations of 0.1-2.0 through 650k steps.",
+    "replay paper advises) did not help it: evaluations of 0.1-2.0 through 650k steps. Each of these runs is",
+    "the preset with one option changed, e.g. `offpolicy train dqn MinAtar/Asterix-v1 --preset",
+    "dqn-minatar-combined --dueling --num-steps 400000` (or `--optimizer adam --lr 1e-4`, `--lr 6.25e-5`).",
 ]
-"""What the combined preset's choice rests on (seed 0, MinAtar/Asterix-v1; scratch runs of the preset with
-one component changed)."""
+"""What the combined preset's choice rests on (seed 0, MinAtar/Asterix-v1)."""
 
 
 def game_path(game: str, variant: str = "dqn-minatar") -> Path:
