@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+from typing import Any, Callable, Mapping
+
+
+def child_options(parser: argparse.ArgumentParser) -> None:
+    """Add the hidden options by which `run_alternating` starts one system's run in a fresh process."""
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def run_child(args: argparse.Namespace, systems: Mapping[str, Callable[[int], dict[str, Any]]]) -> bool:
+    """In a process that `run_alternating` started, run the system asked for and print its result as JSON.
+
+    Returns whether this was such a process (the caller then has nothing more to do)."""
+    if not args.one:
+        return False
+    print(json.dumps(systems[args.one](args.seed)))
+    return True
 
 
 def run_alternating(script: str, systems: list[str], seeds: list[int]) -> dict[str, list[dict]]:

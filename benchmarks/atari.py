@@ -25,7 +25,7 @@ import json
 import statistics
 import time
 
-from _common import run_alternating
+from _common import child_options, run_alternating, run_child
 
 from offpolicy.presets import preset
 
@@ -197,14 +197,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--fill", action="store_true", help="also fill our buffer with 1M transitions (7 GB)")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args()
     if args.one == "fill":
         print(json.dumps(fill_resident()))
         return
-    if args.one:
-        print(json.dumps(SYSTEMS[args.one](args.seed)))
+    if run_child(args, SYSTEMS):
         return
 
     print("replay memory for 1M transitions of 4x84x84 frames (as allocated):")

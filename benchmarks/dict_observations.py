@@ -14,13 +14,12 @@ Prints wall-clock per system, medians over seeds, and the ratio dict / array (ta
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import gymnasium as gym
 import numpy as np
-from _common import run_alternating
+from _common import child_options, run_alternating, run_child
 
 from offpolicy.presets import preset
 
@@ -45,6 +44,7 @@ def dict_cartpole() -> gym.Env:
 
 
 def one(system: str, seed: int) -> dict:
+    """One run of the seed example's settings, on the Dict env ("dict") or plain CartPole-v1 ("array")."""
     import torch
 
     from offpolicy import RunConfig, train
@@ -57,16 +57,17 @@ def one(system: str, seed: int) -> dict:
     return {"seconds": time.perf_counter() - start, "steps": result.stats.step}
 
 
+SYSTEMS = {"dict": lambda seed: one("dict", seed), "array": lambda seed: one("array", seed)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--one", choices=["dict", "array"])
-    parser.add_argument("--seed", type=int, default=0)
+    child_options(parser)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(one(args.one, args.seed)))
+    if run_child(args, SYSTEMS):
         return
-    results = run_alternating(__file__, ["dict", "array"], args.seeds)
+    results = run_alternating(__file__, list(SYSTEMS), args.seeds)
     medians = {name: statistics.median(r["seconds"] for r in runs) for name, runs in results.items()}
     ratios = [d["seconds"] / a["seconds"] for d, a in zip(results["dict"], results["array"])]
     print(f"median seconds: dict {medians['dict']:.1f}, array {medians['array']:.1f}")

@@ -23,12 +23,11 @@ as it ships, with denormal floats computed in full (offpolicy flushes them while
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
+from _common import child_options, profile_run, run_alternating, run_child
 from _common import evaluate as _evaluate
-from _common import profile_run, run_alternating
 
 from offpolicy.presets import preset
 
@@ -185,11 +184,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--profile", action="store_true", help="also break down one of our runs by part")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(SYSTEMS[args.one](args.seed)))
+    if run_child(args, SYSTEMS):
         return
 
     results = run_alternating(__file__, args.systems, args.seeds)

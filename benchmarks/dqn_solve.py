@@ -20,11 +20,10 @@ steadier figure (about fifteen minutes here).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
-from _common import run_alternating
+from _common import child_options, run_alternating, run_child
 
 TARGET = 475.0
 MAX_STEPS = 50_000
@@ -90,11 +89,9 @@ SYSTEMS = {"offpolicy": run_offpolicy, "sb3": run_sb3}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(SYSTEMS[args.one](args.seed)))
+    if run_child(args, SYSTEMS):
         return
 
     results = run_alternating(__file__, list(SYSTEMS), args.seeds)

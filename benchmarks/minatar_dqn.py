@@ -21,12 +21,11 @@ for SB3, one torch thread each, in-loop evaluation off; wall-clock medians.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
-from _common import run_alternating
+from _common import child_options, run_alternating, run_child
 from _runs import RESULTS, ROOT, load, plot_curves, run_missing
 
 from offpolicy.presets import preset
@@ -200,11 +199,9 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="only write the report from stored results")
     parser.add_argument("--speed", action="store_true", help="only the wall-clock comparison with SB3")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(SYSTEMS[args.one](args.seed)))
+    if run_child(args, SYSTEMS):
         return
     if args.speed:
         speed(args.seeds)

@@ -17,13 +17,12 @@ with ratios. In-loop evaluation is off for offpolicy, as SB3 runs none.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 
+from _common import child_options, profile_run, run_alternating, run_child
 from _common import evaluate as _evaluate
-from _common import profile_run, run_alternating
 
 NUM_STEPS = 20_000
 EVAL_EPISODES = 10
@@ -134,11 +133,9 @@ def main() -> None:
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=list(SYSTEMS),
                         help="systems to compare (none: only --profile)")
     parser.add_argument("--profile", action="store_true", help="also break down one of our runs by part")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    child_options(parser)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(SYSTEMS[args.one](args.seed)))
+    if run_child(args, SYSTEMS):
         return
     os.environ["BENCH_THREADS"] = str(args.threads)
     results = run_alternating(__file__, args.systems, args.seeds)
