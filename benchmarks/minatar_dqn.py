@@ -65,10 +65,23 @@ def game_values(game: str, variant: str) -> dict:
     return dict(preset(variant), env=f"MinAtar/{game}-v1", num_steps=STEPS, seed=0)
 
 
+def combined_summary(finals: dict[str, dict[str, float]]) -> str:
+    """How the combined preset's final evaluations compare with dqn-minatar's on the games both have run."""
+    plain, combined = finals["dqn-minatar"], finals["dqn-minatar-combined"]
+    games = [game for game in PAPER_DQN if game in plain and game in combined]
+    if not games:
+        return ""
+    above = [game for game in games if combined[game] >= plain[game]]
+    below = [game for game in games if game not in above]
+    return (f"dqn-minatar-combined at least dqn-minatar on {len(above)} of {len(games)} games"
+            + (f"; below it on {', '.join(below)}." if below else "."))
+
+
 def report() -> str:
     rows = ["| game | dqn-minatar: final evaluation | best | the paper's DQN at 1M frames | at least the paper's | "
             "minutes | dqn-minatar-combined: final | best |", "|---|---|---|---|---|---|---|---|"]
     curves, met, games_run = {}, 0, 0
+    finals: dict[str, dict[str, float]] = {variant: {} for variant in VARIANTS}
     for game, (low, high) in PAPER_DQN.items():
         paper = f"{low:g}" if low == high else f"{low:g}-{high:g}"
         cells = [game]
@@ -87,6 +100,7 @@ def report() -> str:
                 cells += [f"{done[0]['final_return']:.1f}", f"{done[0]['best_return']:.1f}"] if done else ["-", "-"]
             if done:
                 curves[f"{game} ({variant})"] = done
+                finals[variant][game] = done[0]["final_return"]
         rows.append("| " + " | ".join(cells) + " |")
     if curves:
         paper = {label: (STEPS, PAPER_DQN[label.split(" ")[0]][0]) for label in curves}
@@ -105,6 +119,7 @@ def report() -> str:
         *rows,
         "",
         f"dqn-minatar at least the paper's DQN on {met} of {games_run} games run so far.",
+        combined_summary(finals),
         "",
         "![MinAtar curves](images/minatar.png)" if curves else "",
         "",
