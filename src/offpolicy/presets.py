@@ -288,8 +288,8 @@ PRESET_DESCRIPTIONS = {
     "dqn-minatar-combined": "dqn-minatar with 3-step returns and prioritized replay (minatar extra; not "
                             "dueling heads, which with 3-step returns stalled on Asterix; seed 0 at 1M steps: "
                             "Breakout 14.0, Freeway 59.7, Seaquest 15.2 and SpaceInvaders 111.0 beside "
-                            "dqn-minatar's 13.6, 58.8, 12.0 and 36.2, but Asterix 7.6 beside 16.5; "
-                            "docs/minatar.md)",
+                            "dqn-minatar's 13.6, 58.8, 12.0 and 36.2, but Asterix 7.6 beside 16.5, where "
+                            "--n-step 1 (prioritized replay alone) reached 32.8; docs/minatar.md)",
     "dqn-mountaincar": "DQN on MountainCar-v0 (RL-Zoo settings: lr 4e-3, 8 updates every 16 steps, the target "
                        "copied every 600 steps; final evaluation -135 +/- 56 at 120k steps over 3 seeds (-200, "
                        "-105, -101), RL-Zoo -101 +/- 10; CleanRL's schedule ended at -200 on 3 seeds at 500k, "
