@@ -45,7 +45,7 @@ ASTERIX_NOTE = [
     "On Asterix the combined preset ends below plain DQN, and 3-step returns are what hold it back. Each",
     "component alone, added to dqn-minatar (seed 0, 1M steps): prioritized replay alone ends at 32.8, twice",
     "plain DQN's 16.5 (`offpolicy train dqn MinAtar/Asterix-v1 --prioritized`); 3-step returns alone end at",
-    "2.9 and stay between 2.4 and 5.4 from 350k steps on (`--n-step 3`). So on Asterix, run the combined",
+    "2.9, after a peak of 6.2 at 400k (`--n-step 3`). So on Asterix, run the combined",
     "preset with `--n-step 1`. A likely reason, not yet tested: n-step returns are not corrected for",
     "exploration, so they value the acting policy with its random actions (epsilon 0.1 and sticky actions),",
     "and in Asterix one random step into an enemy ends the episode. A quarter of the learning rate",
