@@ -106,6 +106,16 @@ def test_sac_tunes_entropy_coefficient_and_reports_it():
     assert all(float(fixed.train(buffer.sample(64)).metrics["entropy_coef"]) == pytest.approx(0.2) for _ in range(3))
 
 
+def test_sac_update_uses_alpha_from_before_its_own_entropy_step():
+    """As in Stable-Baselines3 and CleanRL: the critic and actor losses of an update use the alpha
+    it started with, so the first update reports the starting value and the second the stepped one."""
+    learner = SACLearner(OBS, ACTIONS, SACConfig(hidden=16, initial_entropy_coef=0.5))
+    buffer = filled_buffer()
+    first, second = (float(learner.train(buffer.sample(64)).metrics["entropy_coef"]) for _ in range(2))
+    assert first == pytest.approx(0.5, abs=1e-7)
+    assert second != pytest.approx(0.5, abs=1e-7)
+
+
 def test_td3_updates_actor_every_policy_delay_steps():
     learner = TD3Learner(OBS, ACTIONS, TD3Config(hidden=16, policy_delay=3))
     buffer = filled_buffer()

@@ -3,6 +3,7 @@
 One update (`SACLearner.train`), as in the paper and Stable-Baselines3 (d is the batch's discount: gamma,
 or gamma^m where r sums m rewards):
 1. entropy: alpha <- minimise -log_alpha * (log pi(a|s) + target_entropy), target = -action dims;
+   steps 2 and 3 use alpha as it was before this step, as Stable-Baselines3 and CleanRL do;
 2. critics: y = r + d * (1 - terminated) * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'));
    loss = 1/2 * sum_i mean_b w_b (Q_i(s, a) - y)^2, with the batch's importance weights w;
 3. actor: loss = mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a ~ pi(.|s) reparameterised;
@@ -178,12 +179,12 @@ class SACLearner(PolicyLearner):
         actions = self.scale.to_unit(batch.actions)
 
         policy_actions, log_prob = squashed_sample(self.actor, observations, self._generator)
+        alpha = self.log_alpha.detach().exp()  # this update's alpha: the value before its own step
         if self.alpha_optimizer is not None:
             alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
             self.alpha_optimizer.zero_grad(set_to_none=True)
             alpha_loss.backward()
             self.alpha_optimizer.step()
-        alpha = self.log_alpha.detach().exp()
 
         with torch.no_grad():
             next_actions, next_log_prob = squashed_sample(self.actor, next_observations, self._generator)
