@@ -1,10 +1,9 @@
 """Resumable learning runs for the benchmark suite and the ablation: run, store, summarise, plot.
 
 A run is an ordinary training run from a preset with some changes, one torch
-thread unless its labels name more, evaluation curve recorded. Each finished
-run's summary is written to its own JSON file, and a run whose file exists is
-never repeated, so a long set of runs can be completed over several sittings,
-two at a time.
+thread, evaluation curve recorded. Each finished run's summary is written to its
+own JSON file, and a run whose file exists is never repeated, so a long set of
+runs can be completed over several sittings, two at a time.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ def merged(preset_name: str, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_one(values: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
-    """One training run of `values` (RunConfig fields); its summary, with `labels`. It uses one torch thread,
-    whatever the preset says, unless `labels` name `torch_threads`."""
+    """One training run of `values` (RunConfig fields) with one torch thread; its summary, with `labels`."""
     import offpolicy
     from offpolicy.events import EvaluationEnded
 
@@ -48,8 +46,8 @@ def run_one(values: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
             curve.append((event.step, event.mean_return))
 
     start = time.perf_counter()
-    config = offpolicy.RunConfig(**dict(values, torch_threads=labels.get("torch_threads", 1)))
-    result = offpolicy.train(config, save=False, quiet=True, callbacks=[record])
+    result = offpolicy.train(offpolicy.RunConfig(**dict(values, torch_threads=1)), save=False, quiet=True,
+                             callbacks=[record])
     return {
         **labels,
         "seed": values["seed"],

@@ -36,17 +36,13 @@ class Reference:
 
 @dataclass(frozen=True)
 class Job:
-    """One preset at one budget, run with each of its seeds."""
+    """One preset at one budget, run with every seed of `SEEDS`."""
 
     name: str
     preset: str
     steps: int
     reference: Reference | None = None
     changes: dict[str, Any] = field(default_factory=dict)
-    seeds: tuple[int, ...] = SEEDS
-    """`SEEDS`, or fewer for a job whose run takes hours here."""
-    torch_threads: int = 1
-    """Threads per run: one, so that two runs share the machine; two for a job run alone."""
 
     def values(self, seed: int) -> dict[str, Any]:
         return dict(merged(self.preset, self.changes), num_steps=self.steps, seed=seed)
@@ -87,23 +83,14 @@ JOBS = [
     Job("td3-walker2d-100k", "td3-walker2d", 100_000, Reference(300, CLEANRL_PLOTS)),
     Job("sac-lunarlandercontinuous-500k", "sac-lunarlander", 500_000,
         Reference(260.4, "RL-Zoo's tuned SAC, one run, ± 65")),
-    # dqn-atari's first 1M steps (its whole epsilon schedule), without sticky actions as CleanRL's v4 games
-    Job("dqn-atari-pong-1m", "dqn-atari", 1_000_000,
-        Reference(-14, "CleanRL's DQN on PongNoFrameskip-v4 at 1M steps, read off its curve"),
-        {"env": "ALE/Pong-v5", "env_kwargs": {"repeat_action_probability": 0.0}}, seeds=(0,), torch_threads=2),
 ]
 """Cheapest first, so that a short sitting finishes whole jobs."""
 
 
-def against(final: float, reference: float) -> str:
+def against(final: float, reference: float) -> float:
     """How a mean final return compares with the reference, above 1 where it is better: final / reference for
-    positive returns, reference / final where both are negative (costs, as on Pendulum or Acrobot); where the
-    signs differ (Pong's scores run from -21 to 21) a ratio means nothing, and it says above or below."""
-    if final < 0 and reference < 0:
-        return f"{reference / final:.2f}"
-    if final > 0 and reference > 0:
-        return f"{final / reference:.2f}"
-    return "above" if final > reference else "below"
+    positive returns, reference / final where both are negative (costs, as on Pendulum or Acrobot)."""
+    return reference / final if final < 0 and reference < 0 else final / reference
 
 
 def report(jobs: list[Job]) -> str:
@@ -115,27 +102,27 @@ def report(jobs: list[Job]) -> str:
     by_env: dict[str, list[Job]] = {}
     for job in jobs:
         by_env.setdefault(job.env, []).append(job)
-        done = load([job.path(seed) for seed in job.seeds])
+        done = load([job.path(seed) for seed in SEEDS])
         finals = [run["final_return"] for run in done]
         reference = f"{job.reference.value:,} ({job.reference.source})" if job.reference else "-"
         ratio = "-"
         if job.reference and finals:
-            ratio = against(statistics.mean(finals), job.reference.value)
+            ratio = f"{against(statistics.mean(finals), job.reference.value):.2f}"
         minutes = "-"
         if done:
             median = statistics.median(run["seconds"] for run in done) / 60
             minutes = f"{median:.1f}" if median < 10 else f"{median:.0f}"
-        lines.append(f"| {job.name} | {job.agent} | {job.env} | {job.steps:,} | {len(done)} of {len(job.seeds)} "
+        lines.append(f"| {job.name} | {job.agent} | {job.env} | {job.steps:,} | {len(done)} of {len(SEEDS)} "
                      f"| {spread(finals)} | {spread([last_quarter_mean(run['curve']) for run in done])} "
                      f"| {reference} | {ratio} | {minutes} |")
     images = []
     for env, env_jobs in by_env.items():
-        series = {job.name: load([job.path(seed) for seed in job.seeds]) for job in env_jobs}
+        series = {job.name: load([job.path(seed) for seed in SEEDS]) for job in env_jobs}
         if not any(series.values()):
             continue
         markers = {f"{job.agent}: {job.reference.source}": (job.steps, job.reference.value)
                    for job in env_jobs if job.reference}
-        image = f"images/suite-{env.lower().replace('/', '-')}.png"
+        image = f"images/suite-{env.lower()}.png"
         plot_curves(series, ROOT / "docs" / image, f"{env}: mean over seeds, band from lowest to highest",
                     markers)
         images.append(f"![{env}]({image})")
@@ -143,11 +130,10 @@ def report(jobs: list[Job]) -> str:
         "# Benchmarks",
         "",
         "Each job is a preset run as an ordinary `offpolicy train` run, seeds 0, 1 and 2, one torch thread,",
-        "evaluated with deterministic actions; the Atari job, whose run takes hours on this 2-core CPU, runs",
-        "seed 0 alone with two threads. Mean ± standard deviation over seeds; \"final\" is the last",
+        "evaluated with deterministic actions. Mean ± standard deviation over seeds; \"final\" is the last",
         "evaluation of the run, \"last quarter\" the mean of the evaluations in its last quarter. References are",
         "the peers' published figures at the same budget; \"against the reference\" is final / reference, or",
-        "reference / final where both are negative, so that above 1 is better. A job with fewer runs than",
+        "reference / final where both are negative, so that above 1 is better. A job with fewer than three",
         "seeds is still running over sittings.",
         "",
         *lines,
@@ -174,8 +160,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report:
         chosen = [job for job in JOBS if not args.only or job.name in args.only]
-        run_missing([(job.path(seed), job.values(seed), {"job": job.name, "torch_threads": job.torch_threads})
-                     for job in chosen for seed in args.seeds if seed in job.seeds], args.jobs)
+        run_missing([(job.path(seed), job.values(seed), {"job": job.name}) for job in chosen for seed in args.seeds],
+                    args.jobs)
     print(report(JOBS))
 
 
