@@ -280,7 +280,7 @@ PRESET_DESCRIPTIONS = {
     "dqn-acrobot": "DQN on Acrobot-v1 (CleanRL's schedule: 10k buffer, an update every 10 steps; final evaluation "
                    "-80.7 +/- 7.5 at 500k steps over 3 seeds, CleanRL -91.5)",
     "dqn-atari": "DQN on any Atari game (ALE/...-v5, atari extra; CleanRL's dqn_atari.py settings for 10M steps; "
-                 "unverified: published scores take about 40 hours of a 2-core CPU, a GPU job)",
+                 "unverified: published scores take about a day of a 2-core CPU, a GPU job)",
     "dqn-minatar": "DQN on any MinAtar game (MinAtar/...-v1, minatar extra; the MinAtar paper's settings and "
                    "RMSProp for 1M steps; seed 0 at 1M, at least the paper's DQN on all five games: Asterix 16.5 "
                    "(8-10), Breakout 13.6 (9-10), Freeway 58.8 (47), Seaquest 12.0 (1), SpaceInvaders 36.2 "
