@@ -95,9 +95,11 @@ def table() -> list[str]:
         paired = {system: [run for run in runs[system] if run["seed"] in seeds] for system in SYSTEMS}
         returns = {system: [run["final_return"] for run in paired[system]] for system in SYSTEMS}
         minutes = {system: statistics.median(run["seconds"] for run in paired[system]) / 60 for system in SYSTEMS}
+        seconds = {system: {run["seed"]: run["seconds"] for run in paired[system]} for system in SYSTEMS}
+        ratios = [seconds["offpolicy"][seed] / seconds["sb3"][seed] for seed in seeds]
         rows.append(f"| {agent} | {len(seeds)} | {spread(returns['offpolicy'])} | {spread(returns['sb3'])} "
                     f"| {minutes['offpolicy']:.1f} | {minutes['sb3']:.1f} "
-                    f"| {minutes['offpolicy'] / minutes['sb3']:.2f} |")
+                    f"| {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
     if not rows:
         return []
     return [
@@ -105,9 +107,12 @@ def table() -> list[str]:
         "",
         f"The same settings and budget ({STEPS:,} steps, the preset's values given to SB3's agent), one torch",
         "thread each, two runs at a time, no evaluation while training; the final policy is evaluated on 10",
-        "deterministic episodes. Produced by `python benchmarks/sb3_mujoco.py`.",
+        "deterministic episodes. Each seed's two runs share a sitting, and sittings can fall on machines of",
+        "different speed, so the wall-clock ratio is the median of the seeds' own ratios (lowest-highest).",
+        "Produced by `python benchmarks/sb3_mujoco.py`.",
         "",
-        "| agent | seeds | offpolicy return | SB3 return | offpolicy minutes | SB3 minutes | wall-clock ratio |",
+        "| agent | seeds | offpolicy return | SB3 return | offpolicy minutes (median) | SB3 minutes (median) "
+        "| wall-clock ratio |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
