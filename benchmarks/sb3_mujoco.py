@@ -94,8 +94,8 @@ def table() -> list[str]:
             continue
         paired = {system: [run for run in runs[system] if run["seed"] in seeds] for system in SYSTEMS}
         returns = {system: [run["final_return"] for run in paired[system]] for system in SYSTEMS}
-        minutes = {system: statistics.median(run["seconds"] for run in paired[system]) / 60 for system in SYSTEMS}
         seconds = {system: {run["seed"]: run["seconds"] for run in paired[system]} for system in SYSTEMS}
+        minutes = {system: statistics.median(seconds[system].values()) / 60 for system in SYSTEMS}
         ratios = [seconds["offpolicy"][seed] / seconds["sb3"][seed] for seed in seeds]
         rows.append(f"| {agent} | {len(seeds)} | {spread(returns['offpolicy'])} | {spread(returns['sb3'])} "
                     f"| {minutes['offpolicy']:.1f} | {minutes['sb3']:.1f} "
